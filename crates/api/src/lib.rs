@@ -1,0 +1,1 @@
+//! ValkeyCluster / ValkeyNode API.

@@ -1,0 +1,1 @@
+//! Valkey operations layer.
