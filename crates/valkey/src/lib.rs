@@ -1,1 +1,11 @@
-//! Valkey operations layer.
+//! Valkey operations layer: topology model, slot planners (pure) and cluster commands.
+
+pub mod client;
+pub mod commands;
+pub mod error;
+pub mod model;
+pub mod slots;
+
+pub use error::ParseError;
+pub use model::{ClusterNode, ClusterNodes, LinkState, NodeAddr, NodeFlags, NodeRole};
+pub use slots::{SLOT_COUNT, Slot, SlotRange, SlotSet};
