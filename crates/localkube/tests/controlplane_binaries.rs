@@ -35,3 +35,27 @@ async fn apiserver_only_serves_the_api() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn controllers_start_and_run_the_default_controllers() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let env = localkube::Env::start(localkube::Options {
+        nodes: 0,
+        kubelets: false,
+        ..localkube::Options::default()
+    })
+    .await?;
+    assert_eq!(env.control_plane_pids().len(), 4);
+    // The serviceaccount controller creates `default` in every namespace.
+    let sas: Api<ServiceAccount> = Api::namespaced(env.client(), "default");
+    let start = std::time::Instant::now();
+    loop {
+        if sas.get_opt("default").await?.is_some() {
+            break;
+        }
+        assert!(start.elapsed().as_secs() < 60, "no default service account");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    env.stop().await;
+    Ok(())
+}
