@@ -7,5 +7,8 @@ pub mod model;
 pub mod slots;
 
 pub use error::ParseError;
-pub use model::{ClusterNode, ClusterNodes, LinkState, NodeAddr, NodeFlags, NodeRole};
+pub use model::{
+    ClusterInfo, ClusterNode, ClusterNodes, ClusterState, LinkState, NodeAddr, NodeFlags, NodeRole,
+    PersistenceInfo, ReplicationInfo, ServerInfo, Shard, SlotMigration, Version,
+};
 pub use slots::{SLOT_COUNT, Slot, SlotRange, SlotSet};
