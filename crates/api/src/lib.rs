@@ -1,1 +1,21 @@
-//! ValkeyCluster / ValkeyNode API.
+//! The `valkey.io/v1alpha1` API: the user-facing [`ValkeyCluster`] and the internal
+//! [`ValkeyNode`] custom resources, their defaults, admission rules (CEL in the CRD) and CRD
+//! generation.
+
+pub mod cluster;
+pub mod config;
+pub mod crd;
+pub mod defaults;
+pub mod disruption;
+pub mod exporter;
+pub mod labels;
+pub mod networking;
+pub mod node;
+pub mod persistence;
+pub mod scheduling;
+pub mod status;
+pub mod users;
+
+pub use cluster::{ValkeyCluster, ValkeyClusterSpec, ValkeyClusterStatus, WorkloadType};
+pub use crd::{CrdError, crd_yaml, crds, crds_yaml};
+pub use node::{ValkeyNode, ValkeyNodeSpec, ValkeyNodeStatus};

@@ -1,0 +1,378 @@
+//! The `ValkeyCluster` custom resource: the user-facing API.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, LocalObjectReference, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::config;
+use crate::defaults;
+use crate::disruption::{PdbMode, PodDisruptionBudgetSpec};
+use crate::exporter::ExporterSpec;
+use crate::networking::NetworkingSpec;
+use crate::persistence::PersistenceSpec;
+use crate::scheduling::SchedulingSpec;
+use crate::status::{ClusterState, OperationStatus, ShardStatus};
+use crate::users::{self, UserSpec};
+
+/// Maximum length of a ValkeyCluster name (pod, StatefulSet and Service names derive from it).
+pub const MAX_NAME_LENGTH: usize = 40;
+
+/// Message: name too long or not a DNS label.
+pub const NAME_MESSAGE: &str = "metadata.name of a ValkeyCluster must be a lowercase DNS label \
+     starting with a letter and at most 40 characters long (pod and Service names derive from \
+     it): choose a shorter name";
+/// Message: workloadType changed.
+pub const WORKLOAD_TYPE_IMMUTABLE_MESSAGE: &str = "spec.workloadType is immutable: restore the \
+     previous value (create a new ValkeyCluster to change it)";
+/// Message: persistence with a Deployment.
+pub const PERSISTENCE_REQUIRES_STATEFULSET_MESSAGE: &str = "spec.persistence requires \
+     spec.workloadType: StatefulSet: remove spec.persistence or use StatefulSet";
+/// Message: persistence added or removed.
+pub const PERSISTENCE_ADD_REMOVE_MESSAGE: &str = "spec.persistence cannot be added or removed \
+     after creation: restore the previous setting (create a new ValkeyCluster to change it)";
+
+/// A Valkey cluster (cluster mode): `shards` primaries, each with `replicas` replicas, with
+/// slot allocation, failovers, rolling updates and ACLs managed by the operator.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "valkey.io",
+    version = "v1alpha1",
+    kind = "ValkeyCluster",
+    namespaced,
+    status = "ValkeyClusterStatus",
+    derive = "PartialEq",
+    shortname = "vkc",
+    category = "valkey",
+    doc = "A Valkey cluster (cluster mode) managed by the valkey-operator.",
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state", description = "Summary state of the cluster"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.reason", description = "Reason of the condition that decided the state"),
+    printcolumn(name = "Shards", type_ = "integer", json_path = ".status.shards", description = "Shards present in the Valkey cluster"),
+    printcolumn(name = "ReadyShards", type_ = "integer", json_path = ".status.readyShards", description = "Shards with a primary and all desired replicas in sync"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = kube::core::Rule::new("self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message(NAME_MESSAGE)
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!has(self.persistence) || self.workloadType == 'StatefulSet'").message(PERSISTENCE_REQUIRES_STATEFULSET_MESSAGE))]
+#[x_kube(validation = kube::core::Rule::new("has(self.persistence) == has(oldSelf.persistence)").message(PERSISTENCE_ADD_REMOVE_MESSAGE))]
+pub struct ValkeyClusterSpec {
+    /// Valkey container image. Defaults to `valkey/valkey:9.0.0`. Graceful primary handoff on
+    /// SIGTERM needs Valkey 9.0 or later.
+    #[serde(default = "image_default")]
+    #[schemars(length(min = 1, max = 512))]
+    pub image: String,
+
+    /// Secrets (in the cluster's namespace) used to pull every image of the pod: server,
+    /// metrics exporter and additional containers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_secrets: Option<Vec<LocalObjectReference>>,
+
+    /// Number of shards (primaries). Each shard owns a part of the 16384 hash slots.
+    #[schemars(range(min = 1, max = 16384))]
+    pub shards: i32,
+
+    /// Replicas per shard. Defaults to 0 (primaries only).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 100))]
+    pub replicas: i32,
+
+    /// Compute resources (requests/limits) of the Valkey server container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Valkey configuration passed to every node, for example `maxmemory-policy: noeviction`.
+    /// `maxclients`, `maxmemory` and `maxmemory-policy` are applied live; other changes roll the
+    /// pods. Settings owned by the operator (ports, cluster, TLS, ACL, persistence paths,
+    /// shutdown behaviour) are rejected. Keys and values must not contain line breaks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::config::schema")]
+    #[x_kube(validation = config::owned_keys_rule())]
+    #[x_kube(validation = config::key_format_rule())]
+    #[x_kube(validation = config::value_newline_rule())]
+    pub config: Option<BTreeMap<String, String>>,
+
+    /// Containers patched into each pod by name, like a strategic merge patch: entries named
+    /// `server` or `metrics-exporter` are merged into those containers, any other name is
+    /// appended as a sidecar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub containers: Option<Vec<Container>>,
+
+    /// Prometheus metrics exporter sidecar (enabled by default).
+    #[serde(default)]
+    pub exporter: ExporterSpec,
+
+    /// Persistent storage: a PersistentVolumeClaim per node. Requires workloadType StatefulSet;
+    /// cannot be added or removed after creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistence: Option<PersistenceSpec>,
+
+    /// PodDisruptionBudget management. Omitted means `mode: Cluster`.
+    #[serde(default)]
+    pub pod_disruption_budget: PodDisruptionBudgetSpec,
+
+    /// Pod termination grace period in seconds; must be positive. A primary fails over to a
+    /// replica on SIGTERM, which must finish within this period. When omitted the operator uses
+    /// max(30, cluster-manual-failover-timeout + 10s). A value below that is honoured but
+    /// reported with the ConfigurationWarning condition (reason GracePeriodTooShort).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub termination_grace_period_seconds: Option<i64>,
+
+    /// Pod scheduling: tolerations, node selector, affinity, priority class, raw topology spread
+    /// constraints and the node/zone spread axes.
+    #[serde(default)]
+    pub scheduling: SchedulingSpec,
+
+    /// Network settings (TLS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub networking: Option<NetworkingSpec>,
+
+    /// ACL users distributed to every node. Names must be unique and must not start with `_`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = users::unique_names_rule())]
+    pub users: Option<Vec<UserSpec>>,
+
+    /// Workload kind owning each node's pod: `StatefulSet` (default) or `Deployment` (cache-only
+    /// clusters without persistence). Immutable.
+    #[serde(default)]
+    #[x_kube(validation = kube::core::Rule::new("self == oldSelf").message(WORKLOAD_TYPE_IMMUTABLE_MESSAGE))]
+    pub workload_type: WorkloadType,
+}
+
+fn image_default() -> String {
+    defaults::VALKEY_IMAGE.to_owned()
+}
+
+/// Workload kind owning a node's pod.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WorkloadType {
+    /// One single-replica StatefulSet per node (stable identity, persistence supported).
+    #[default]
+    StatefulSet,
+    /// One single-replica Deployment per node (cache-only).
+    Deployment,
+}
+
+/// Observed state of a ValkeyCluster.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyClusterStatus {
+    /// Summary state: Initializing, Reconciling, Ready, Degraded or Failed.
+    #[serde(default)]
+    pub state: ClusterState,
+
+    /// Reason of the condition that decided `state`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+
+    /// Message of the condition that decided `state`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+
+    /// Shards currently present in the Valkey cluster.
+    #[serde(default)]
+    pub shards: i32,
+
+    /// Shards with a primary and the desired number of synced replicas.
+    #[serde(default)]
+    pub ready_shards: i32,
+
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Standard conditions: Ready, Progressing, Degraded, ClusterFormed, SlotsAssigned,
+    /// ConfigurationWarning.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+
+    /// Per-shard state: primary pod, replica count and slot ranges.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shard_statuses: Vec<ShardStatus>,
+
+    /// The risky topology step in progress, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<OperationStatus>,
+}
+
+impl ValkeyClusterSpec {
+    /// Nodes per shard: the primary plus its replicas.
+    pub fn nodes_per_shard(&self) -> i64 {
+        1 + i64::from(self.replicas.max(0))
+    }
+
+    /// Total number of Valkey nodes: shards × (1 + replicas).
+    pub fn desired_nodes(&self) -> i64 {
+        i64::from(self.shards.max(0)) * self.nodes_per_shard()
+    }
+
+    /// Whether the metrics exporter sidecar runs.
+    pub fn exporter_enabled(&self) -> bool {
+        self.exporter.enabled
+    }
+
+    /// Whether the operator manages a PodDisruptionBudget.
+    pub fn pdb_enabled(&self) -> bool {
+        self.pod_disruption_budget.mode == PdbMode::Cluster
+    }
+
+    /// Name of the TLS certificate Secret when TLS is enabled.
+    pub fn tls_secret_name(&self) -> Option<&str> {
+        self.networking
+            .as_ref()?
+            .tls
+            .as_ref()
+            .map(|t| t.certificate.secret_name.as_str())
+    }
+
+    /// Value of a `config` key, looked up case-insensitively.
+    pub fn config_value(&self, key: &str) -> Option<&str> {
+        self.config
+            .as_ref()?
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Effective `cluster-manual-failover-timeout` in milliseconds (config or Valkey's default;
+    /// an unparsable value falls back to the default).
+    pub fn cluster_manual_failover_timeout_ms(&self) -> i64 {
+        self.config_value("cluster-manual-failover-timeout")
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .filter(|v| *v > 0)
+            .unwrap_or(defaults::CLUSTER_MANUAL_FAILOVER_TIMEOUT_MS)
+    }
+
+    /// Recommended minimum grace period: max(30s, failover timeout + 10s buffer).
+    pub fn recommended_termination_grace_period_seconds(&self) -> i64 {
+        let failover_secs = self
+            .cluster_manual_failover_timeout_ms()
+            .saturating_add(999)
+            / 1000;
+        defaults::KUBERNETES_GRACE_PERIOD_SECONDS
+            .max(failover_secs.saturating_add(defaults::GRACE_PERIOD_BUFFER_SECONDS))
+    }
+
+    /// Grace period the pods get: the explicit value as-is, otherwise the recommended one.
+    pub fn termination_grace_period_seconds(&self) -> i64 {
+        self.termination_grace_period_seconds
+            .unwrap_or_else(|| self.recommended_termination_grace_period_seconds())
+    }
+
+    /// Whether an explicit grace period is below the recommended minimum (ConfigurationWarning).
+    pub fn grace_period_too_short(&self) -> bool {
+        self.termination_grace_period_seconds
+            .is_some_and(|v| v < self.recommended_termination_grace_period_seconds())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::persistence::ReclaimPolicy;
+    use crate::scheduling::SpreadMode;
+
+    fn spec(json: serde_json::Value) -> ValkeyClusterSpec {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn minimal_spec_has_documented_defaults() {
+        let s = spec(serde_json::json!({"shards": 3}));
+        assert_eq!(s.image, "valkey/valkey:9.0.0");
+        assert_eq!(s.replicas, 0);
+        assert_eq!(s.workload_type, WorkloadType::StatefulSet);
+        assert!(s.exporter_enabled());
+        assert_eq!(s.exporter.image, "oliver006/redis_exporter:v1.80.0");
+        assert!(s.pdb_enabled());
+        assert_eq!(s.scheduling.node.spread.shard.mode, SpreadMode::Disabled);
+        assert_eq!(
+            s.scheduling.node.spread.primaries.mode,
+            SpreadMode::Disabled
+        );
+        assert_eq!(s.scheduling.node.spread.pods.mode, SpreadMode::Disabled);
+        assert_eq!(s.scheduling.zone.spread.shard.mode, SpreadMode::Disabled);
+        assert_eq!(
+            s.scheduling.zone.spread.primaries.mode,
+            SpreadMode::Disabled
+        );
+        assert_eq!(s.scheduling.zone.spread.pods.mode, SpreadMode::Disabled);
+        assert!(s.persistence.is_none());
+        assert!(s.tls_secret_name().is_none());
+        assert_eq!(s.desired_nodes(), 3);
+        assert_eq!(s.termination_grace_period_seconds(), 30);
+        assert!(!s.grace_period_too_short());
+    }
+
+    #[test]
+    fn exporter_enabled_when_only_image_or_args_given() {
+        let s = spec(serde_json::json!({"shards": 1, "exporter": {"image": "x/y:1"}}));
+        assert!(s.exporter_enabled());
+        assert_eq!(s.exporter.image, "x/y:1");
+        let s = spec(serde_json::json!({"shards": 1, "exporter": {"args": ["-ping-on-connect"]}}));
+        assert!(s.exporter_enabled());
+        assert_eq!(s.exporter.image, defaults::EXPORTER_IMAGE);
+        let s = spec(serde_json::json!({"shards": 1, "exporter": {"enabled": false}}));
+        assert!(!s.exporter_enabled());
+    }
+
+    #[test]
+    fn desired_nodes_counts_replicas() {
+        let s = spec(serde_json::json!({"shards": 3, "replicas": 2}));
+        assert_eq!(s.nodes_per_shard(), 3);
+        assert_eq!(s.desired_nodes(), 9);
+    }
+
+    #[test]
+    fn persistence_and_pdb_defaults() {
+        let s = spec(serde_json::json!({
+            "shards": 1, "persistence": {"size": "1Gi"}, "podDisruptionBudget": {}
+        }));
+        let p = s.persistence.as_ref().unwrap();
+        assert_eq!(p.reclaim_policy, ReclaimPolicy::Retain);
+        assert!(p.storage_class_name.is_none());
+        assert!(s.pdb_enabled());
+        let s = spec(serde_json::json!({"shards": 1, "podDisruptionBudget": {"mode": "Disabled"}}));
+        assert!(!s.pdb_enabled());
+    }
+
+    #[test]
+    fn grace_period_follows_failover_timeout() {
+        let s = spec(serde_json::json!({
+            "shards": 1, "config": {"Cluster-Manual-Failover-Timeout": "45000"}
+        }));
+        assert_eq!(s.cluster_manual_failover_timeout_ms(), 45_000);
+        assert_eq!(s.termination_grace_period_seconds(), 55);
+        let s = spec(serde_json::json!({
+            "shards": 1, "terminationGracePeriodSeconds": 20,
+            "config": {"cluster-manual-failover-timeout": "30001"}
+        }));
+        assert_eq!(s.recommended_termination_grace_period_seconds(), 41);
+        assert_eq!(s.termination_grace_period_seconds(), 20);
+        assert!(s.grace_period_too_short());
+        let s = spec(serde_json::json!({
+            "shards": 1, "config": {"cluster-manual-failover-timeout": "bogus"}
+        }));
+        assert_eq!(s.cluster_manual_failover_timeout_ms(), 5_000);
+    }
+
+    #[test]
+    fn tls_secret_name_accessor() {
+        let s = spec(serde_json::json!({
+            "shards": 1, "networking": {"tls": {"certificate": {"secretName": "valkey-tls"}}}
+        }));
+        assert_eq!(s.tls_secret_name(), Some("valkey-tls"));
+    }
+
+    #[test]
+    fn status_defaults_to_initializing() {
+        let st: ValkeyClusterStatus = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(st.state, ClusterState::Initializing);
+    }
+}
