@@ -1,0 +1,603 @@
+//! Slot migration: atomic (`CLUSTER MIGRATESLOTS`, Valkey ≥ 9) and key-by-key
+//! (`SETSLOT IMPORTING/MIGRATING` + `GETKEYSINSLOT`/`MIGRATE` + `SETSLOT NODE`, Valkey 8),
+//! both resumable after an interruption.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use redis::Value;
+use tracing::{debug, info, warn};
+
+use super::{CommandError, Result, cluster_nodes, exec, poll_until, reply_contains};
+use crate::client::NodePool;
+use crate::model::ClusterNodes;
+use crate::slots::{Slot, SlotRange, SlotSet};
+
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+// ---------------------------------------------------------------------------------------------
+// Atomic slot migration (Valkey >= 9)
+// ---------------------------------------------------------------------------------------------
+
+/// Slots to move from one source primary to one target primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AtomicMove {
+    /// Slot ranges to move.
+    pub ranges: Vec<SlotRange>,
+    /// Node id of the target primary.
+    pub target_id: String,
+}
+
+/// One entry of `CLUSTER GETSLOTMIGRATIONS`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MigrationJob {
+    /// Job name (unique id).
+    pub name: String,
+    /// `EXPORT` (on the source) or `IMPORT` (on the target).
+    pub operation: String,
+    /// Slots of the job.
+    pub slots: SlotSet,
+    /// Source node id.
+    pub source_node: String,
+    /// Target node id.
+    pub target_node: String,
+    /// State (`waiting-to-snapshot`, ..., `success`, `failed`, `cancelled`).
+    pub state: String,
+    /// Error or status message.
+    pub message: String,
+    /// Unix time (s) the job was created.
+    pub create_time: u64,
+}
+
+impl MigrationJob {
+    /// Whether the job has finished (successfully or not).
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self.state.as_str(),
+            "success" | "failed" | "cancelled" | "canceled"
+        )
+    }
+
+    /// Whether the job finished successfully.
+    pub fn succeeded(&self) -> bool {
+        self.state == "success"
+    }
+}
+
+fn value_text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        Value::Nil => Some(String::new()),
+        _ => None,
+    }
+}
+
+fn parse_job(v: &Value) -> Option<MigrationJob> {
+    let pairs: Vec<(String, String)> = match v {
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|c| match c {
+                [k, v] => Some((value_text(k)?, value_text(v).unwrap_or_default())),
+                _ => None,
+            })
+            .collect(),
+        Value::Map(items) => items
+            .iter()
+            .filter_map(|(k, v)| Some((value_text(k)?, value_text(v).unwrap_or_default())))
+            .collect(),
+        _ => return None,
+    };
+    let mut job = MigrationJob::default();
+    for (k, v) in pairs {
+        match k.as_str() {
+            "name" => job.name = v,
+            "operation" => job.operation = v,
+            "slot_ranges" => job.slots = SlotSet::parse(&v).ok()?,
+            "source_node" => job.source_node = v,
+            "target_node" => job.target_node = v,
+            "state" => job.state = v,
+            "message" => job.message = v,
+            "create_time" => job.create_time = v.parse().unwrap_or(0),
+            _ => {}
+        }
+    }
+    Some(job)
+}
+
+/// Parses a `CLUSTER GETSLOTMIGRATIONS` reply (array of field/value arrays or maps).
+pub fn parse_slot_migrations(reply: &Value) -> Result<Vec<MigrationJob>, String> {
+    match reply {
+        Value::Array(jobs) => jobs
+            .iter()
+            .map(|j| parse_job(j).ok_or_else(|| format!("unexpected job entry {j:?}")))
+            .collect(),
+        other => Err(format!("unexpected GETSLOTMIGRATIONS reply {other:?}")),
+    }
+}
+
+/// `CLUSTER GETSLOTMIGRATIONS` of the node at `addr`.
+pub async fn get_slot_migrations(pool: &NodePool, addr: &str) -> Result<Vec<MigrationJob>> {
+    let v: Value = pool
+        .query(addr, redis::cmd("CLUSTER").arg("GETSLOTMIGRATIONS"))
+        .await?;
+    parse_slot_migrations(&v).map_err(|e| CommandError::Parse {
+        addr: addr.to_owned(),
+        source: crate::error::ParseError::UnexpectedReply(e),
+    })
+}
+
+/// Slots of `moves` still owned by the source in its own view, per target.
+fn remaining_moves(view: &ClusterNodes, moves: &[AtomicMove]) -> Result<Vec<(String, SlotSet)>> {
+    let me = view
+        .myself()
+        .ok_or_else(|| CommandError::Failed("source view has no myself".into()))?;
+    let mine = me.slot_set();
+    let mut out = Vec::new();
+    for m in moves {
+        let target = view.get(&m.target_id).ok_or_else(|| {
+            CommandError::NotReady(format!("source does not know target {}", m.target_id))
+        })?;
+        let wanted = SlotSet::from_ranges(&m.ranges);
+        let elsewhere = wanted.difference(&mine).difference(&target.slot_set());
+        if !elsewhere.is_empty() {
+            return Err(CommandError::Refused(format!(
+                "slots {elsewhere} are owned by neither the source nor {}",
+                m.target_id
+            )));
+        }
+        let rest = wanted.intersection(&mine);
+        if !rest.is_empty() {
+            out.push((m.target_id.clone(), rest));
+        }
+    }
+    Ok(out)
+}
+
+/// Moves slot ranges from the primary at `source_addr` to target primaries with atomic slot
+/// migration (`CLUSTER MIGRATESLOTS SLOTSRANGE s e ... NODE id ...`) and waits until the
+/// source no longer owns them. Resumable: slots already moved are skipped, and running export
+/// jobs for the slots are awaited instead of started again. A job that failed or was
+/// cancelled is reported as [`CommandError::Failed`]; calling again restarts it.
+/// Returns the number of slots that were still to move.
+pub async fn migrate_slots_atomic(
+    pool: &NodePool,
+    source_addr: &str,
+    moves: &[AtomicMove],
+    timeout: Duration,
+) -> Result<usize> {
+    let view = cluster_nodes(pool, source_addr).await?;
+    let remaining = remaining_moves(&view, moves)?;
+    let total: usize = remaining.iter().map(|(_, s)| s.len()).sum();
+    if total == 0 {
+        return Ok(0);
+    }
+    let before = get_slot_migrations(pool, source_addr).await?;
+    let active: Vec<&MigrationJob> = before
+        .iter()
+        .filter(|j| j.operation.eq_ignore_ascii_case("EXPORT") && !j.is_terminal())
+        .collect();
+    let mut watched: BTreeSet<String> = BTreeSet::new();
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("MIGRATESLOTS");
+    let mut to_start = 0usize;
+    for (target, slots) in &remaining {
+        let mut rest = slots.clone();
+        for j in active.iter().filter(|j| &j.target_node == target) {
+            if !j.slots.is_disjoint(&rest) {
+                watched.insert(j.name.clone());
+                rest = rest.difference(&j.slots);
+            }
+        }
+        if rest.is_empty() {
+            continue;
+        }
+        cmd.arg("SLOTSRANGE");
+        for r in rest.ranges() {
+            cmd.arg(r.start).arg(r.end);
+        }
+        cmd.arg("NODE").arg(target);
+        to_start += rest.len();
+    }
+    if to_start > 0 {
+        match exec(pool, source_addr, &cmd).await {
+            Ok(()) => {}
+            Err(CommandError::Client(e)) if reply_contains(&e, "already") => {
+                debug!(error = %e, "migration already in progress; awaiting it");
+            }
+            Err(e) => return Err(e),
+        }
+        info!(
+            source = source_addr,
+            slots = to_start,
+            "atomic slot migration started"
+        );
+    }
+    let known: BTreeSet<String> = before
+        .iter()
+        .filter(|j| !watched.contains(&j.name))
+        .map(|j| j.name.clone())
+        .collect();
+    poll_until(
+        &format!("slot migration from {source_addr}"),
+        timeout,
+        POLL_INTERVAL,
+        || async {
+            let view = cluster_nodes(pool, source_addr).await?;
+            if remaining_moves(&view, moves)?.is_empty() {
+                return Ok(Some(()));
+            }
+            let jobs = get_slot_migrations(pool, source_addr).await?;
+            let ours: Vec<&MigrationJob> = jobs
+                .iter()
+                .filter(|j| j.operation.eq_ignore_ascii_case("EXPORT"))
+                .filter(|j| !known.contains(&j.name))
+                .collect();
+            if !ours.is_empty()
+                && ours.iter().all(|j| j.is_terminal())
+                && let Some(f) = ours.iter().find(|j| !j.succeeded())
+            {
+                return Err(CommandError::Failed(format!(
+                    "slot migration {} ({}) to {} {}: {}",
+                    f.name, f.slots, f.target_node, f.state, f.message
+                )));
+            }
+            Ok(None)
+        },
+    )
+    .await?;
+    Ok(total)
+}
+
+/// Cancels all slot migrations running on the node at `addr` (`CLUSTER CANCELSLOTMIGRATIONS ALL`).
+pub async fn cancel_slot_migrations(pool: &NodePool, addr: &str) -> Result<()> {
+    exec(
+        pool,
+        addr,
+        redis::cmd("CLUSTER").arg("CANCELSLOTMIGRATIONS").arg("ALL"),
+    )
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Key-by-key migration (Valkey 8 fallback)
+// ---------------------------------------------------------------------------------------------
+
+/// Tuning of key-by-key migration.
+#[derive(Debug, Clone)]
+pub struct KeyMigrationOptions {
+    /// Keys per `GETKEYSINSLOT`/`MIGRATE` batch.
+    pub batch_keys: usize,
+    /// `MIGRATE` I/O timeout on the server.
+    pub migrate_timeout: Duration,
+    /// Slots migrated concurrently.
+    pub parallel_slots: usize,
+}
+
+impl Default for KeyMigrationOptions {
+    fn default() -> Self {
+        Self {
+            batch_keys: 1000,
+            migrate_timeout: Duration::from_secs(10),
+            parallel_slots: 4,
+        }
+    }
+}
+
+/// A slot left half-migrated (`[slot->-target]` on the source and/or `[slot-<-source]` on
+/// the target).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct OpenSlot {
+    /// The slot.
+    pub slot: Slot,
+    /// Node id of the source (owner) primary.
+    pub source_id: String,
+    /// Node id of the target primary.
+    pub target_id: String,
+}
+
+/// Half-open slots found in the nodes' own views (`myself` lines), merged per slot.
+pub fn open_slots(views: &[ClusterNodes]) -> Vec<OpenSlot> {
+    let mut out: BTreeMap<Slot, OpenSlot> = BTreeMap::new();
+    for v in views {
+        let Some(me) = v.myself() else { continue };
+        for (slot, target) in &me.migrating {
+            out.entry(*slot).or_insert_with(|| OpenSlot {
+                slot: *slot,
+                source_id: me.id.clone(),
+                target_id: target.clone(),
+            });
+        }
+        for (slot, source) in &me.importing {
+            out.entry(*slot).or_insert_with(|| OpenSlot {
+                slot: *slot,
+                source_id: source.clone(),
+                target_id: me.id.clone(),
+            });
+        }
+    }
+    out.into_values().collect()
+}
+
+/// Moves the keys of `slots` from the primary at `source_addr` to the primary at
+/// `target_addr` key by key, then assigns the slots to the target on the target, the source
+/// and every address in `other_addrs` (best effort for those). Resumable: detects existing
+/// `IMPORTING`/`MIGRATING` markers and slots already owned by the target and finishes them.
+/// Returns the number of keys moved.
+pub async fn migrate_slot_keys(
+    pool: &NodePool,
+    source_addr: &str,
+    target_addr: &str,
+    slots: &[Slot],
+    other_addrs: &[String],
+    opts: &KeyMigrationOptions,
+) -> Result<u64> {
+    let src_view = cluster_nodes(pool, source_addr).await?;
+    let tgt_view = cluster_nodes(pool, target_addr).await?;
+    let src = src_view
+        .myself()
+        .ok_or_else(|| CommandError::Failed(format!("{source_addr}: no myself")))?
+        .clone();
+    let tgt = tgt_view
+        .myself()
+        .ok_or_else(|| CommandError::Failed(format!("{target_addr}: no myself")))?
+        .clone();
+    // Address the *source* uses to reach the target (its announced ip:port).
+    let tgt_seen = src_view.get(&tgt.id).ok_or_else(|| {
+        CommandError::NotReady(format!("{source_addr} does not know target {}", tgt.id))
+    })?;
+    if tgt_seen.addr.is_unknown() {
+        return Err(CommandError::NotReady(format!(
+            "{source_addr} has no address for target {}",
+            tgt.id
+        )));
+    }
+    let ctx = SlotCtx {
+        pool,
+        source_addr,
+        target_addr,
+        src_id: &src.id,
+        tgt_id: &tgt.id,
+        tgt_ip: &tgt_seen.addr.ip,
+        tgt_port: tgt_seen.addr.port,
+        src_slots: src.slot_set(),
+        tgt_slots: tgt.slot_set(),
+        src_migrating: src.migrating.iter().cloned().collect(),
+        tgt_importing: tgt.importing.iter().cloned().collect(),
+        opts,
+    };
+    let ctx = &ctx;
+    let moved: Vec<u64> = futures::stream::iter(slots.iter().copied())
+        .map(|slot| async move { ctx.migrate_one(slot).await })
+        .buffer_unordered(opts.parallel_slots.max(1))
+        .try_collect()
+        .await?;
+    // Tell the other primaries (gossip would too, but this makes redirects right at once).
+    for addr in other_addrs {
+        if addr == source_addr || addr == target_addr {
+            continue;
+        }
+        for slot in slots {
+            let r = exec(
+                pool,
+                addr,
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(*slot)
+                    .arg("NODE")
+                    .arg(&tgt.id),
+            )
+            .await;
+            if let Err(e) = r {
+                warn!(addr, slot, error = %e, "SETSLOT NODE on other primary failed (gossip will fix)");
+                break;
+            }
+        }
+    }
+    let keys = moved.iter().sum();
+    info!(
+        source = source_addr,
+        target = target_addr,
+        slots = slots.len(),
+        keys,
+        "key-by-key slot migration done"
+    );
+    Ok(keys)
+}
+
+struct SlotCtx<'a> {
+    pool: &'a NodePool,
+    source_addr: &'a str,
+    target_addr: &'a str,
+    src_id: &'a str,
+    tgt_id: &'a str,
+    tgt_ip: &'a str,
+    tgt_port: u16,
+    src_slots: SlotSet,
+    tgt_slots: SlotSet,
+    src_migrating: HashMap<Slot, String>,
+    tgt_importing: HashMap<Slot, String>,
+    opts: &'a KeyMigrationOptions,
+}
+
+impl SlotCtx<'_> {
+    async fn setslot(&self, addr: &str, slot: Slot, state: &str, id: &str) -> Result<()> {
+        exec(
+            self.pool,
+            addr,
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg(state)
+                .arg(id),
+        )
+        .await
+    }
+
+    async fn migrate_one(&self, slot: Slot) -> Result<u64> {
+        let src_owns = self.src_slots.contains(slot);
+        let tgt_owns = self.tgt_slots.contains(slot);
+        let src_migrating = self.src_migrating.get(&slot).map(String::as_str);
+        let tgt_importing = self.tgt_importing.get(&slot).map(String::as_str);
+        if !src_owns && !tgt_owns {
+            return Err(CommandError::Refused(format!(
+                "slot {slot} is owned by neither {} nor {}",
+                self.source_addr, self.target_addr
+            )));
+        }
+        if tgt_owns && !src_owns && src_migrating.is_none() && tgt_importing.is_none() {
+            return Ok(0); // already done
+        }
+        if !tgt_owns && tgt_importing != Some(self.src_id) {
+            self.setslot(self.target_addr, slot, "IMPORTING", self.src_id)
+                .await?;
+        }
+        if src_owns && src_migrating != Some(self.tgt_id) {
+            self.setslot(self.source_addr, slot, "MIGRATING", self.tgt_id)
+                .await?;
+        }
+        let moved = if src_owns || src_migrating.is_some() {
+            self.move_keys(slot).await?
+        } else {
+            0
+        };
+        if !tgt_owns || tgt_importing.is_some() {
+            self.setslot(self.target_addr, slot, "NODE", self.tgt_id)
+                .await?;
+        }
+        if src_owns || src_migrating.is_some() {
+            self.setslot(self.source_addr, slot, "NODE", self.tgt_id)
+                .await?;
+        }
+        debug!(slot, moved, "slot migrated");
+        Ok(moved)
+    }
+
+    async fn move_keys(&self, slot: Slot) -> Result<u64> {
+        let cfg = self.pool.config();
+        let conn = self.pool.connection(self.source_addr).await?;
+        let mut conn = conn.with_response_timeout(self.opts.migrate_timeout + cfg.response_timeout);
+        let timeout_ms = u64::try_from(self.opts.migrate_timeout.as_millis()).unwrap_or(u64::MAX);
+        let mut moved = 0u64;
+        loop {
+            let keys: Vec<Vec<u8>> = conn
+                .query(
+                    redis::cmd("CLUSTER")
+                        .arg("GETKEYSINSLOT")
+                        .arg(slot)
+                        .arg(self.opts.batch_keys),
+                )
+                .await?;
+            if keys.is_empty() {
+                return Ok(moved);
+            }
+            let mut cmd = redis::cmd("MIGRATE");
+            cmd.arg(self.tgt_ip)
+                .arg(self.tgt_port)
+                .arg("")
+                .arg(0)
+                .arg(timeout_ms)
+                .arg("REPLACE")
+                .arg("AUTH2")
+                .arg(&cfg.username)
+                .arg(&cfg.password)
+                .arg("KEYS")
+                .arg(&keys);
+            // `NOKEY` (keys expired meanwhile) is fine: the next batch moves on.
+            let _: Value = conn.query(&cmd).await?;
+            moved += keys.len() as u64;
+        }
+    }
+}
+
+/// Finds half-open slots on the primaries at `addrs` and completes each toward its target
+/// (after an interrupted key-by-key migration). Returns the slots finished.
+pub async fn finish_open_slots(
+    pool: &NodePool,
+    addrs: &[String],
+    opts: &KeyMigrationOptions,
+) -> Result<Vec<OpenSlot>> {
+    let mut views = Vec::new();
+    let mut addr_of: HashMap<String, String> = HashMap::new();
+    for addr in addrs {
+        let v = cluster_nodes(pool, addr).await?;
+        if let Some(me) = v.myself() {
+            addr_of.insert(me.id.clone(), addr.clone());
+        }
+        views.push(v);
+    }
+    let open = open_slots(&views);
+    let mut groups: BTreeMap<(String, String), Vec<Slot>> = BTreeMap::new();
+    for o in &open {
+        groups
+            .entry((o.source_id.clone(), o.target_id.clone()))
+            .or_default()
+            .push(o.slot);
+    }
+    for ((src, tgt), slots) in groups {
+        let (Some(sa), Some(ta)) = (addr_of.get(&src), addr_of.get(&tgt)) else {
+            return Err(CommandError::NotReady(format!(
+                "open slots {slots:?} between {src} and {tgt}: node not among the given addresses"
+            )));
+        };
+        info!(source = %sa, target = %ta, slots = slots.len(), "finishing half-open slots");
+        migrate_slot_keys(pool, sa, ta, &slots, addrs, opts).await?;
+    }
+    Ok(open)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn parses_getslotmigrations_resp2() {
+        let job = Value::Array(
+            [
+                ("name", "d71d"),
+                ("operation", "EXPORT"),
+                ("slot_ranges", "0-99 200-300"),
+                ("target_node", "t"),
+                ("source_node", "s"),
+                ("create_time", "1796206476"),
+                ("state", "success"),
+                ("message", ""),
+                ("cow_size", "0"),
+            ]
+            .iter()
+            .flat_map(|(k, v)| [bulk(k), bulk(v)])
+            .collect(),
+        );
+        let jobs = parse_slot_migrations(&Value::Array(vec![job])).unwrap();
+        assert_eq!(jobs.len(), 1);
+        let j = &jobs[0];
+        assert_eq!(j.slots.len(), 100 + 101);
+        assert!(j.is_terminal() && j.succeeded());
+        assert_eq!(j.create_time, 1_796_206_476);
+        assert!(parse_slot_migrations(&Value::Int(1)).is_err());
+    }
+
+    #[test]
+    fn finds_open_slots_from_both_sides() {
+        let a = ClusterNodes::parse(
+            "aaaa000000000000000000000000000000000000 127.0.0.1:1@2 myself,master - 0 0 1 connected 0-99 [5->-bbbb000000000000000000000000000000000000]\n",
+        )
+        .unwrap();
+        let b = ClusterNodes::parse(
+            "bbbb000000000000000000000000000000000000 127.0.0.1:3@4 myself,master - 0 0 2 connected 100-200 [5-<-aaaa000000000000000000000000000000000000] [7-<-aaaa000000000000000000000000000000000000]\n",
+        )
+        .unwrap();
+        let open = open_slots(&[a, b]);
+        assert_eq!(open.len(), 2);
+        assert_eq!(open[0].slot, 5);
+        assert!(open[0].source_id.starts_with("aaaa"));
+        assert!(open[1].target_id.starts_with("bbbb"));
+    }
+}
