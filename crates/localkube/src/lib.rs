@@ -8,6 +8,7 @@ pub mod binaries;
 pub mod certs;
 pub mod controlplane;
 pub mod env;
+pub mod runtime;
 pub mod slot;
 
 pub use env::{Env, Options};
