@@ -571,3 +571,43 @@ fn alive(pid: i32, start: u64) -> bool {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     fields[19].parse::<u64>().ok() == Some(start) && fields[0] != "Z"
 }
+
+#[tokio::test]
+async fn root_netns_default_images_run_their_binaries() {
+    require_root!();
+    let env = TestEnv::new();
+    let run = |name: &str, image: &str, args: &[&str]| {
+        let mut spec = env.spec(name, image, args, None);
+        spec.working_dir = None;
+        spawn(&spec).unwrap()
+    };
+    // Host network (no netns_path): the container shares the host's network namespace.
+    let c = run("hostnet", "busybox", &["sleep", "30"]);
+    assert!(wait_until(Duration::from_secs(5), || {
+        std::fs::read_to_string(format!("/proc/{}/comm", c.pid()))
+            .is_ok_and(|s| s.trim() == "sleep")
+    }));
+    assert_eq!(netns_inode(c.pid()), netns_inode(std::process::id() as i32));
+    stop(&c).await;
+
+    // The valkey entrypoint shim keeps an explicit `valkey-server` first argument.
+    let c = run("v9", "valkey/valkey:9.0.0", &["valkey-server", "--version"]);
+    assert_eq!(c.wait().await.code, Some(0), "{}", env.log("v9"));
+    assert!(env.log("v9").contains("v=9."), "{}", env.log("v9"));
+    let c = run("v8", "docker.io/valkey/valkey:8.0.1", &["--version"]);
+    assert_eq!(c.wait().await.code, Some(0), "{}", env.log("v8"));
+    assert!(env.log("v8").contains("v=8.0"), "{}", env.log("v8"));
+    let c = run("cli", "valkey/valkey:9.0.0", &["valkey-cli", "--version"]);
+    assert_eq!(c.wait().await.code, Some(0), "{}", env.log("cli"));
+    let c = run(
+        "exporter",
+        "oliver006/redis_exporter:v1.80.0",
+        &["--version"],
+    );
+    assert_eq!(c.wait().await.code, Some(0), "{}", env.log("exporter"));
+    assert!(
+        env.log("exporter").contains("Redis Metrics Exporter"),
+        "{}",
+        env.log("exporter")
+    );
+}
