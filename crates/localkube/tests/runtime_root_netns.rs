@@ -422,6 +422,13 @@ async fn root_netns_exit_codes_and_signals() {
     let st = c.wait().await;
     assert_eq!((st.code, st.signal, st.exit_code()), (Some(7), None, 7));
 
+    // A restart reuses the state dir and starts from a fresh writable layer.
+    let mut spec = env.spec("restart", "busybox", &[], Some(&sb));
+    spec.argv = s(&["sh", "-c", "test ! -e /marker && touch /marker"]);
+    assert_eq!(spawn(&spec).unwrap().wait().await.code, Some(0));
+    assert_eq!(spawn(&spec).unwrap().wait().await.code, Some(0));
+    assert!(!Path::new("/marker").exists());
+
     let c = run("missing", &["no-such-binary-xyz"]);
     assert_eq!(c.wait().await.code, Some(127));
 
