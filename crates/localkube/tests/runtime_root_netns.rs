@@ -618,3 +618,43 @@ async fn root_netns_default_images_run_their_binaries() {
         env.log("exporter")
     );
 }
+
+#[tokio::test]
+async fn root_netns_binaries_on_other_mounts_are_visible() {
+    require_root!();
+    let env = TestEnv::new();
+    // A separate file system (as a state dir or binary cache on another volume would be): the
+    // overlay of the host root does not show it, the runtime must bind it in.
+    let fs = env.state.path().join("other-fs");
+    std::fs::create_dir_all(&fs).unwrap();
+    let out = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(&fs)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::fs::create_dir_all(fs.join("cache/v1")).unwrap();
+    std::fs::create_dir_all(fs.join("cache/bin")).unwrap();
+    let tool = fs.join("cache/v1/tool");
+    std::fs::write(&tool, "#!/bin/sh\necho tool-ok \"$@\"\n").unwrap();
+    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink(&tool, fs.join("cache/bin/tool")).unwrap();
+    let entry = localkube::runtime::ImageEntry {
+        name: "tool".into(),
+        patterns: vec!["example/tool:*".into()],
+        links: [("tool".to_string(), fs.join("cache/bin/tool"))].into(),
+        scripts: Default::default(),
+        entrypoint: vec!["tool".into()],
+        cmd: vec![],
+        working_dir: None,
+        env: Default::default(),
+    };
+    let table = ImageTable::new(vec![entry], &fs.join("images")).unwrap();
+    let img = table.resolve("example/tool:1").unwrap();
+    let mut spec = env.spec("tool", "busybox", &[], None);
+    spec.argv = img.argv(&[], &s(&["x"]));
+    spec.env = img.env.clone();
+    let st = spawn(&spec).unwrap().wait().await;
+    assert_eq!(st.code, Some(0), "{}", env.log("tool"));
+    assert_eq!(env.log("tool"), "tool-ok x\n");
+}

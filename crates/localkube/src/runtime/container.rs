@@ -35,6 +35,7 @@ use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use tokio::sync::watch;
 
+use super::cleanup;
 use super::command::shell_quote;
 use super::error::{Result, RuntimeError};
 use super::images::BASE_PATH;
@@ -165,7 +166,7 @@ pub fn spawn(spec: &ContainerSpec) -> Result<RunningContainer> {
         std::fs::create_dir_all(&d).map_err(|e| RuntimeError::io("create directory", &d, e))?;
     }
     let _ = std::fs::remove_file(state.join(pidfile::PID_FILE));
-    let script = start_script(spec, &root)?;
+    let script = start_script(&with_hidden_binary_dirs(spec), &root)?;
     let script_path = state.join("start.sh");
     std::fs::write(&script_path, script).map_err(|e| RuntimeError::io("write", &script_path, e))?;
 
@@ -389,6 +390,90 @@ fn env_argv(env: &[(String, String)], wd: Option<&Path>, argv: &[String]) -> Vec
     out.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
     out.extend(argv.iter().cloned());
     out
+}
+
+/// The container root is an overlay of the host's root *file system* only: directories on other
+/// mounts (a state dir on a separate volume, a binary cache on a tmpfs, ...) would be empty
+/// inside. So every `PATH` directory outside the root mount, and the directories of the symlink
+/// targets in non-system `PATH` directories (the image bin dirs) that are outside it, are
+/// bind-mounted read-only at their own path.
+fn with_hidden_binary_dirs(spec: &ContainerSpec) -> ContainerSpec {
+    let mounts = cleanup::mount_points();
+    let hidden = |p: &Path| {
+        let Ok(p) = p.canonicalize() else {
+            return None;
+        };
+        let on_root = mounts
+            .iter()
+            .filter(|m| p.starts_with(m))
+            .max_by_key(|m| m.components().count())
+            .is_none_or(|m| m == Path::new("/"));
+        (!on_root).then_some(p)
+    };
+    let path_env = spec
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or(BASE_PATH, |(_, v)| v.as_str());
+    let system: Vec<&str> = BASE_PATH.split(':').collect();
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for dir in path_env.split(':').filter(|d| d.starts_with('/')) {
+        let dir = Path::new(dir);
+        dirs.extend(hidden(dir));
+        if system.contains(&dir.to_string_lossy().as_ref()) {
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.filter_map(|e| e.ok()).take(256) {
+            for d in symlink_chain_dirs(&e.path()) {
+                dirs.extend(hidden(&d));
+            }
+        }
+    }
+    dirs.sort();
+    dirs.dedup();
+    // Keep only outermost directories.
+    let outermost: Vec<PathBuf> = dirs
+        .iter()
+        .filter(|d| !dirs.iter().any(|o| o != *d && d.starts_with(o)))
+        .cloned()
+        .collect();
+    if outermost.is_empty() {
+        return spec.clone();
+    }
+    tracing::debug!(container = %spec.id, dirs = ?outermost, "binding binary dirs from other mounts");
+    let mut spec = spec.clone();
+    let mut mounts: Vec<Mount> = outermost
+        .into_iter()
+        .map(|d| Mount {
+            source: d.clone(),
+            target: d,
+            read_only: true,
+        })
+        .collect();
+    mounts.append(&mut spec.mounts);
+    spec.mounts = mounts;
+    spec
+}
+
+/// The directories holding each hop of the symlink chain starting at `path` (not including
+/// `path`'s own directory), up to 16 hops.
+fn symlink_chain_dirs(path: &Path) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    let mut current = path.to_path_buf();
+    for _ in 0..16 {
+        let Ok(target) = std::fs::read_link(&current) else {
+            break;
+        };
+        let base = current.parent().unwrap_or(Path::new("/"));
+        current = base.join(target);
+        if let Some(parent) = current.parent() {
+            dirs.push(parent.to_path_buf());
+        }
+    }
+    dirs
 }
 
 fn validate(spec: &ContainerSpec) -> Result<()> {
