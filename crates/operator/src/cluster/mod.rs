@@ -1,0 +1,3 @@
+//! The ValkeyCluster controller: observe → build → apply → one topology step → status.
+
+pub mod topology;

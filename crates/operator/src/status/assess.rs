@@ -1,0 +1,344 @@
+//! From the facts of one pass to the ValkeyCluster conditions (pure).
+
+use valkey_api::defaults::SLOT_COUNT;
+use valkey_api::status::condition;
+
+use super::conditions::Cond;
+
+/// Reasons of the status contract.
+pub mod reason {
+    /// Ready=True.
+    pub const CLUSTER_HEALTHY: &str = "ClusterHealthy";
+    /// Ready=False: a child object could not be applied (see the `*Error` reasons).
+    pub const SERVICE_ERROR: &str = "ServiceError";
+    /// Ready=False: the ConfigMap could not be applied.
+    pub const CONFIG_MAP_ERROR: &str = "ConfigMapError";
+    /// Ready=False: the users ACL Secret could not be built or applied.
+    pub const USERS_ACL_ERROR: &str = "UsersACLError";
+    /// Ready=False: the system users Secret could not be built or applied.
+    pub const SYSTEM_USERS_ACL_ERROR: &str = "SystemUsersACLError";
+    /// Ready=False: a ValkeyNode could not be applied.
+    pub const VALKEY_NODE_ERROR: &str = "ValkeyNodeError";
+    /// Ready=False: the PodDisruptionBudget could not be applied.
+    pub const PDB_ERROR: &str = "PodDisruptionBudgetError";
+    /// Ready=False / Progressing=True: generic work in progress.
+    pub const RECONCILING: &str = "Reconciling";
+    /// Ready=False / Progressing=True: nodes are being rolled.
+    pub const UPDATING_NODES: &str = "UpdatingNodes";
+    /// Ready=False / ClusterFormed=False: a shard has no live primary owning slots.
+    pub const MISSING_SHARDS: &str = "MissingShards";
+    /// Ready=False / ClusterFormed=False: a shard lacks synced replicas.
+    pub const MISSING_REPLICAS: &str = "MissingReplicas";
+    /// Ready=False / Degraded=True: a pod cannot be scheduled.
+    pub const POD_UNSCHEDULABLE: &str = "PodUnschedulable";
+    /// Progressing=True before the cluster first formed.
+    pub const INITIALIZING: &str = "Initializing";
+    /// Progressing=True: nodes are being met / attached.
+    pub const ADDING_NODES: &str = "AddingNodes";
+    /// Progressing=True: slots are moving.
+    pub const REBALANCING_SLOTS: &str = "RebalancingSlots";
+    /// Progressing=False.
+    pub const RECONCILE_COMPLETE: &str = "ReconcileComplete";
+    /// Degraded=True: joining a node failed.
+    pub const NODE_ADD_FAILED: &str = "NodeAddFailed";
+    /// Degraded=True: moving slots failed.
+    pub const REBALANCE_FAILED: &str = "RebalanceFailed";
+    /// Degraded=False.
+    pub const NOT_DEGRADED: &str = "NotDegraded";
+    /// ClusterFormed=True.
+    pub const TOPOLOGY_COMPLETE: &str = "TopologyComplete";
+    /// SlotsAssigned=True.
+    pub const ALL_SLOTS_ASSIGNED: &str = "AllSlotsAssigned";
+    /// SlotsAssigned=False.
+    pub const SLOTS_UNASSIGNED: &str = "SlotsUnassigned";
+    /// ConfigurationWarning=True.
+    pub const GRACE_PERIOD_TOO_SHORT: &str = "GracePeriodTooShort";
+}
+
+/// What the Valkey cluster looks like, summarised from the live views.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TopologyFacts {
+    /// Shards with a live primary owning slots.
+    pub shards_present: i32,
+    /// Shards with a primary and the desired number of synced replicas.
+    pub ready_shards: i32,
+    /// Slots with an owner (as seen by the best-informed node).
+    pub slots_assigned: u32,
+    /// Desired shards without a live primary owning slots.
+    pub missing_shards: i32,
+    /// Desired replicas that are not attached and synced, summed over shards.
+    pub missing_replicas: i32,
+    /// Every live node reports `cluster_state:ok`.
+    pub cluster_ok: bool,
+    /// Live pods not yet joined to the cluster (unknown to the seed node).
+    pub unjoined_nodes: i32,
+}
+
+/// Everything a pass learned that decides the conditions.
+#[derive(Clone, Debug, Default)]
+pub struct Facts {
+    /// Desired shard count.
+    pub desired_shards: i32,
+    /// A child object failed to apply: Ready reason (`ServiceError`, ...) and message.
+    pub apply_error: Option<(&'static str, String)>,
+    /// A pod the scheduler cannot place: the scheduler's message (with the pod name).
+    pub unschedulable: Option<String>,
+    /// Explicit grace period below the recommended minimum: the warning message.
+    pub grace_period_warning: Option<String>,
+    /// The live topology.
+    pub topology: TopologyFacts,
+    /// Work the operator did or is waiting for: Progressing reason and message.
+    pub progress: Option<(&'static str, String)>,
+    /// A topology step failed: Degraded reason (`NodeAddFailed`, `RebalanceFailed`) and message.
+    pub step_failure: Option<(&'static str, String)>,
+}
+
+/// Computes the ValkeyCluster conditions from the facts of a pass.
+pub fn conditions(f: &Facts) -> Vec<Cond> {
+    let t = &f.topology;
+    let slots_full = t.slots_assigned >= u32::from(SLOT_COUNT);
+    let slots = if slots_full {
+        Cond::yes(
+            condition::SLOTS_ASSIGNED,
+            reason::ALL_SLOTS_ASSIGNED,
+            format!("all {SLOT_COUNT} slots have an owner"),
+        )
+    } else {
+        Cond::no(
+            condition::SLOTS_ASSIGNED,
+            reason::SLOTS_UNASSIGNED,
+            format!("{} of {SLOT_COUNT} slots have an owner", t.slots_assigned),
+        )
+    };
+
+    let formed = if t.missing_shards > 0 {
+        Cond::no(
+            condition::CLUSTER_FORMED,
+            reason::MISSING_SHARDS,
+            format!(
+                "{} of {} shards have no live primary owning slots",
+                t.missing_shards, f.desired_shards
+            ),
+        )
+    } else if t.missing_replicas > 0 || t.unjoined_nodes > 0 {
+        Cond::no(
+            condition::CLUSTER_FORMED,
+            reason::MISSING_REPLICAS,
+            missing_replicas_message(t),
+        )
+    } else {
+        Cond::yes(
+            condition::CLUSTER_FORMED,
+            reason::TOPOLOGY_COMPLETE,
+            format!("{} shards with all replicas joined", f.desired_shards),
+        )
+    };
+
+    let degraded = if let Some(msg) = &f.unschedulable {
+        Cond::yes(condition::DEGRADED, reason::POD_UNSCHEDULABLE, msg.clone())
+    } else if let Some((r, msg)) = &f.step_failure {
+        Cond::yes(condition::DEGRADED, r, msg.clone())
+    } else {
+        Cond::no(condition::DEGRADED, reason::NOT_DEGRADED, "")
+    };
+
+    let ready = if let Some((r, msg)) = &f.apply_error {
+        Cond::no(condition::READY, r, msg.clone())
+    } else if let Some(msg) = &f.unschedulable {
+        Cond::no(condition::READY, reason::POD_UNSCHEDULABLE, msg.clone())
+    } else if !formed.status {
+        Cond::no(condition::READY, formed.reason, formed.message.clone())
+    } else if !slots_full {
+        Cond::no(condition::READY, reason::RECONCILING, slots.message.clone())
+    } else if !t.cluster_ok {
+        Cond::no(
+            condition::READY,
+            reason::RECONCILING,
+            "waiting for every node to report cluster_state:ok",
+        )
+    } else if let Some((r, msg)) = &f.progress {
+        let r = if *r == reason::UPDATING_NODES {
+            reason::UPDATING_NODES
+        } else {
+            reason::RECONCILING
+        };
+        Cond::no(condition::READY, r, msg.clone())
+    } else {
+        Cond::yes(
+            condition::READY,
+            reason::CLUSTER_HEALTHY,
+            format!(
+                "{} shards serving all {SLOT_COUNT} slots with the desired replicas",
+                f.desired_shards
+            ),
+        )
+    };
+
+    let progressing = if let Some((r, msg)) = &f.progress {
+        Cond::yes(condition::PROGRESSING, r, msg.clone())
+    } else if !ready.status
+        && f.apply_error.is_none()
+        && degraded.reason != reason::POD_UNSCHEDULABLE
+    {
+        let r = if t.shards_present == 0 {
+            reason::INITIALIZING
+        } else {
+            reason::RECONCILING
+        };
+        Cond::yes(condition::PROGRESSING, r, ready.message.clone())
+    } else {
+        Cond::no(
+            condition::PROGRESSING,
+            reason::RECONCILE_COMPLETE,
+            "nothing left to do",
+        )
+    };
+
+    let mut out = vec![ready, progressing, degraded, formed, slots];
+    if let Some(msg) = &f.grace_period_warning {
+        out.push(Cond::yes(
+            condition::CONFIGURATION_WARNING,
+            reason::GRACE_PERIOD_TOO_SHORT,
+            msg.clone(),
+        ));
+    }
+    out
+}
+
+fn missing_replicas_message(t: &TopologyFacts) -> String {
+    match (t.missing_replicas, t.unjoined_nodes) {
+        (r, 0) => format!("{r} replicas are not attached and in sync"),
+        (0, u) => format!("{u} nodes have not joined the cluster"),
+        (r, u) => {
+            format!("{r} replicas are not attached and in sync, {u} nodes have not joined")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::conditions::derive_state;
+    use valkey_api::status::ClusterState;
+
+    fn healthy() -> Facts {
+        Facts {
+            desired_shards: 3,
+            topology: TopologyFacts {
+                shards_present: 3,
+                ready_shards: 3,
+                slots_assigned: 16384,
+                missing_shards: 0,
+                missing_replicas: 0,
+                cluster_ok: true,
+                unjoined_nodes: 0,
+            },
+            ..Facts::default()
+        }
+    }
+
+    fn get<'a>(c: &'a [Cond], t: &str) -> &'a Cond {
+        c.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn healthy_cluster_is_ready() {
+        let c = conditions(&healthy());
+        assert!(get(&c, condition::READY).status);
+        assert_eq!(get(&c, condition::READY).reason, "ClusterHealthy");
+        assert!(!get(&c, condition::PROGRESSING).status);
+        assert_eq!(get(&c, condition::PROGRESSING).reason, "ReconcileComplete");
+        assert!(!get(&c, condition::DEGRADED).status);
+        assert_eq!(
+            get(&c, condition::CLUSTER_FORMED).reason,
+            "TopologyComplete"
+        );
+        assert_eq!(
+            get(&c, condition::SLOTS_ASSIGNED).reason,
+            "AllSlotsAssigned"
+        );
+        assert!(
+            c.iter()
+                .all(|c| c.type_ != condition::CONFIGURATION_WARNING)
+        );
+        assert_eq!(derive_state(&c).0, ClusterState::Ready);
+    }
+
+    #[test]
+    fn fresh_cluster_is_initializing() {
+        let f = Facts {
+            desired_shards: 3,
+            topology: TopologyFacts {
+                missing_shards: 3,
+                missing_replicas: 3,
+                ..TopologyFacts::default()
+            },
+            ..Facts::default()
+        };
+        let c = conditions(&f);
+        assert_eq!(get(&c, condition::READY).reason, "MissingShards");
+        assert_eq!(get(&c, condition::PROGRESSING).reason, "Initializing");
+        assert_eq!(get(&c, condition::SLOTS_ASSIGNED).reason, "SlotsUnassigned");
+        let (state, reason, _) = derive_state(&c);
+        assert_eq!(state, ClusterState::Reconciling);
+        assert_eq!(reason.as_deref(), Some("Initializing"));
+    }
+
+    #[test]
+    fn missing_replica_after_failover_is_reconciling() {
+        let mut f = healthy();
+        f.topology.missing_replicas = 1;
+        f.topology.ready_shards = 2;
+        let c = conditions(&f);
+        assert_eq!(get(&c, condition::READY).reason, "MissingReplicas");
+        assert_eq!(get(&c, condition::CLUSTER_FORMED).reason, "MissingReplicas");
+        assert_eq!(get(&c, condition::PROGRESSING).reason, "Reconciling");
+        assert_eq!(derive_state(&c).0, ClusterState::Reconciling);
+    }
+
+    #[test]
+    fn step_in_progress_blocks_ready() {
+        let mut f = healthy();
+        f.progress = Some((reason::ADDING_NODES, "meeting 2 nodes".into()));
+        let c = conditions(&f);
+        assert!(!get(&c, condition::READY).status);
+        assert_eq!(get(&c, condition::PROGRESSING).reason, "AddingNodes");
+        assert_eq!(derive_state(&c).1.as_deref(), Some("AddingNodes"));
+    }
+
+    #[test]
+    fn unschedulable_pod_degrades_with_scheduler_message() {
+        let mut f = healthy();
+        f.topology.missing_replicas = 1;
+        f.unschedulable = Some("pod valkey-a-0-1-0: 0/3 nodes are available".into());
+        let c = conditions(&f);
+        assert_eq!(get(&c, condition::DEGRADED).reason, "PodUnschedulable");
+        assert_eq!(get(&c, condition::READY).reason, "PodUnschedulable");
+        let (state, reason, message) = derive_state(&c);
+        assert_eq!(state, ClusterState::Degraded);
+        assert_eq!(reason.as_deref(), Some("PodUnschedulable"));
+        assert!(message.unwrap().contains("0/3 nodes are available"));
+    }
+
+    #[test]
+    fn apply_error_fails() {
+        let mut f = healthy();
+        f.apply_error = Some((reason::SERVICE_ERROR, "forbidden".into()));
+        let c = conditions(&f);
+        let (state, reason, _) = derive_state(&c);
+        assert_eq!(state, ClusterState::Failed);
+        assert_eq!(reason.as_deref(), Some("ServiceError"));
+    }
+
+    #[test]
+    fn grace_period_warning_is_a_condition_not_a_state() {
+        let mut f = healthy();
+        f.grace_period_warning = Some("5s < 30s".into());
+        let c = conditions(&f);
+        assert_eq!(
+            get(&c, condition::CONFIGURATION_WARNING).reason,
+            "GracePeriodTooShort"
+        );
+        assert_eq!(derive_state(&c).0, ClusterState::Ready);
+    }
+}

@@ -1,0 +1,191 @@
+//! Events derived from status transitions, so each is emitted once per transition rather than on
+//! every pass (pure).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use valkey_api::ValkeyClusterStatus;
+use valkey_api::status::{ShardStatus, condition};
+
+use super::assess::reason;
+use super::conditions::{find, is_true};
+
+/// An event to publish on the ValkeyCluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSpec {
+    /// Warning (true) or Normal.
+    pub warning: bool,
+    /// CamelCase reason from the status contract.
+    pub reason: &'static str,
+    /// What the operator did or observed (CamelCase).
+    pub action: &'static str,
+    /// Human-readable note.
+    pub note: String,
+}
+
+impl EventSpec {
+    /// A Normal event.
+    pub fn normal(reason: &'static str, action: &'static str, note: impl Into<String>) -> Self {
+        Self {
+            warning: false,
+            reason,
+            action,
+            note: note.into(),
+        }
+    }
+
+    /// A Warning event.
+    pub fn warning(reason: &'static str, action: &'static str, note: impl Into<String>) -> Self {
+        Self {
+            warning: true,
+            reason,
+            action,
+            note: note.into(),
+        }
+    }
+}
+
+fn entered(old: &[Condition], new: &[Condition], type_: &str) -> bool {
+    is_true(new, type_) && !is_true(old, type_)
+}
+
+/// Events for the transitions between the previous and the new status: `ClusterReady` when
+/// Ready turns True, `GracePeriodTooShort` when ConfigurationWarning turns True,
+/// `PodUnschedulable` when the cluster becomes Degraded for that reason, and
+/// `FailoverCompleted` for every shard whose primary pod changed.
+pub fn transition_events(
+    old: Option<&ValkeyClusterStatus>,
+    new: &ValkeyClusterStatus,
+) -> Vec<EventSpec> {
+    let empty = ValkeyClusterStatus::default();
+    let old = old.unwrap_or(&empty);
+    let (oc, nc) = (&old.conditions, &new.conditions);
+    let mut out = Vec::new();
+    if entered(oc, nc, condition::READY) {
+        out.push(EventSpec::normal(
+            "ClusterReady",
+            "Reconcile",
+            find(nc, condition::READY).map_or_else(String::new, |c| c.message.clone()),
+        ));
+    }
+    if entered(oc, nc, condition::CONFIGURATION_WARNING)
+        && let Some(c) = find(nc, condition::CONFIGURATION_WARNING)
+        && c.reason == reason::GRACE_PERIOD_TOO_SHORT
+    {
+        out.push(EventSpec::warning(
+            "GracePeriodTooShort",
+            "Validate",
+            c.message.clone(),
+        ));
+    }
+    if let Some(c) = find(nc, condition::DEGRADED).filter(|c| c.status == "True")
+        && c.reason == reason::POD_UNSCHEDULABLE
+    {
+        let was = find(oc, condition::DEGRADED)
+            .is_some_and(|o| o.status == "True" && o.reason == reason::POD_UNSCHEDULABLE);
+        if !was {
+            out.push(EventSpec::warning(
+                "PodUnschedulable",
+                "Schedule",
+                c.message.clone(),
+            ));
+        }
+    }
+    out.extend(failovers(&old.shard_statuses, &new.shard_statuses));
+    out
+}
+
+fn failovers(old: &[ShardStatus], new: &[ShardStatus]) -> Vec<EventSpec> {
+    new.iter()
+        .filter_map(|n| {
+            let o = old.iter().find(|o| o.index == n.index)?;
+            let (before, after) = (o.primary_pod.as_deref()?, n.primary_pod.as_deref()?);
+            (before != after).then(|| {
+                EventSpec::normal(
+                    "FailoverCompleted",
+                    "ObserveFailover",
+                    format!(
+                        "shard {}: primary moved from pod {before} to pod {after}",
+                        n.index
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::conditions::{Cond, merge};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn status(conds: &[Cond], shards: &[(i32, &str)]) -> ValkeyClusterStatus {
+        ValkeyClusterStatus {
+            conditions: merge(&[], conds, Some(1), &Time(Timestamp::UNIX_EPOCH)),
+            shard_statuses: shards
+                .iter()
+                .map(|(i, p)| ShardStatus {
+                    index: *i,
+                    primary_pod: Some((*p).to_owned()),
+                    ..ShardStatus::default()
+                })
+                .collect(),
+            ..ValkeyClusterStatus::default()
+        }
+    }
+
+    fn reasons(e: &[EventSpec]) -> Vec<&str> {
+        e.iter().map(|e| e.reason).collect()
+    }
+
+    #[test]
+    fn ready_event_once() {
+        let not_ready = status(&[Cond::no("Ready", "MissingReplicas", "")], &[]);
+        let ready = status(&[Cond::yes("Ready", "ClusterHealthy", "ok")], &[]);
+        assert_eq!(
+            reasons(&transition_events(Some(&not_ready), &ready)),
+            ["ClusterReady"]
+        );
+        assert!(transition_events(Some(&ready), &ready).is_empty());
+        assert_eq!(reasons(&transition_events(None, &ready)), ["ClusterReady"]);
+    }
+
+    #[test]
+    fn grace_period_warning_once_when_entering() {
+        let warn = Cond::yes("ConfigurationWarning", "GracePeriodTooShort", "5 < 30");
+        let before = status(&[], &[]);
+        let after = status(std::slice::from_ref(&warn), &[]);
+        let e = transition_events(Some(&before), &after);
+        assert_eq!(reasons(&e), ["GracePeriodTooShort"]);
+        assert!(e[0].warning);
+        assert!(transition_events(Some(&after), &after).is_empty());
+    }
+
+    #[test]
+    fn unschedulable_once_per_entry() {
+        let ok = status(&[Cond::no("Degraded", "NotDegraded", "")], &[]);
+        let bad = status(
+            &[Cond::yes("Degraded", "PodUnschedulable", "0/3 nodes")],
+            &[],
+        );
+        let bad2 = status(
+            &[Cond::yes("Degraded", "PodUnschedulable", "0/6 nodes")],
+            &[],
+        );
+        assert_eq!(
+            reasons(&transition_events(Some(&ok), &bad)),
+            ["PodUnschedulable"]
+        );
+        assert!(transition_events(Some(&bad), &bad2).is_empty());
+    }
+
+    #[test]
+    fn failover_observed_from_shard_primary_change() {
+        let a = status(&[], &[(0, "p-0-0"), (1, "p-1-0")]);
+        let b = status(&[], &[(0, "p-0-1"), (1, "p-1-0")]);
+        let e = transition_events(Some(&a), &b);
+        assert_eq!(reasons(&e), ["FailoverCompleted"]);
+        assert!(e[0].note.contains("shard 0"));
+        assert!(transition_events(Some(&b), &b).is_empty());
+    }
+}
