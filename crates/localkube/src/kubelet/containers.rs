@@ -1,0 +1,622 @@
+//! Container supervisors: create a container from its spec and image, run
+//! hooks and probes, record its states and restart it per restartPolicy
+//! with the kubelet's back-off; stop it gracefully on pod deletion.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, LifecycleHandler, Pod, Probe,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use tokio::sync::{mpsc, watch};
+
+use super::Shared;
+use super::backoff::Backoff;
+use super::envvars::{container_env, expand_command};
+use super::fieldpath::PodRuntimeInfo;
+use super::pods::{PodShared, terminated_state};
+use super::probes::{ProbeResult, ProbeTiming, Thresholds, probe_once};
+use super::status::{ContainerRuntimeState, waiting};
+use super::volumes::{PreparedVolume, container_mounts};
+use crate::runtime::{ContainerSpec, ExitStatus, RunningContainer, Signal, spawn};
+
+/// Everything a container supervisor needs.
+#[derive(Clone)]
+pub(crate) struct Supervisor {
+    pub shared: Arc<Shared>,
+    pub pod: Arc<PodShared>,
+    pub rx: watch::Receiver<Pod>,
+    pub init: bool,
+    pub index: usize,
+    pub volumes: Arc<BTreeMap<String, PreparedVolume>>,
+    pub pod_dir: PathBuf,
+    pub netns_path: PathBuf,
+    pub info: PodRuntimeInfo,
+}
+
+enum Outcome {
+    /// The process ended.
+    Exited(ExitStatus),
+    /// Stopped because the pod is being deleted.
+    Stopped,
+    /// Could not be started (waiting reason already recorded).
+    NotStarted { image_pull: bool },
+}
+
+impl Supervisor {
+    fn pod(&self) -> Pod {
+        self.rx.borrow().clone()
+    }
+
+    fn container(&self) -> Option<Container> {
+        let spec = self.rx.borrow().spec.clone()?;
+        if self.init {
+            spec.init_containers?.get(self.index).cloned()
+        } else {
+            spec.containers.get(self.index).cloned()
+        }
+    }
+
+    fn update(&self, f: impl FnOnce(&mut ContainerRuntimeState)) {
+        let (init, index) = (self.init, self.index);
+        self.pod.with_state(|st| {
+            let list = if init {
+                &mut st.init
+            } else {
+                &mut st.containers
+            };
+            if let Some(c) = list.get_mut(index) {
+                f(c);
+            }
+        });
+    }
+
+    fn current(&self) -> Option<ContainerRuntimeState> {
+        let st = self.pod.snapshot();
+        let list = if self.init { st.init } else { st.containers };
+        list.into_iter().nth(self.index)
+    }
+
+    fn is_sidecar(&self) -> bool {
+        self.init
+            && self
+                .container()
+                .is_some_and(|c| c.restart_policy.as_deref() == Some("Always"))
+    }
+
+    fn restart_policy(&self) -> String {
+        if self.is_sidecar() {
+            return "Always".into();
+        }
+        self.pod()
+            .spec
+            .and_then(|s| s.restart_policy)
+            .unwrap_or_else(|| "Always".into())
+    }
+}
+
+fn termination_grace(pod: &Pod, probe: Option<&Probe>) -> Duration {
+    let secs = probe
+        .and_then(|p| p.termination_grace_period_seconds)
+        .or(pod.metadata.deletion_grace_period_seconds)
+        .or(pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds))
+        .unwrap_or(30);
+    Duration::from_secs(secs.max(0) as u64)
+}
+
+fn hostname(pod: &Pod) -> Option<String> {
+    let name = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.hostname.clone())
+        .unwrap_or_else(|| pod.name_any());
+    let h: String = name.chars().take(63).collect();
+    let h = h.trim_end_matches(['-', '.']).to_string();
+    (!h.is_empty()
+        && h.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+    .then_some(h)
+}
+
+async fn run_hook(
+    hook: &LifecycleHandler,
+    container: &Container,
+    running: &RunningContainer,
+    env: &[(String, String)],
+    pod_ip: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    if let Some(exec) = &hook.exec {
+        let argv = exec.command.clone().unwrap_or_default();
+        return match running.exec_in(&argv, env, timeout).await {
+            Ok(r) if r.exit_code == 0 => Ok(()),
+            Ok(r) => Err(format!(
+                "command {argv:?} exited with {}: {}",
+                r.exit_code,
+                r.output.trim()
+            )),
+            Err(e) => Err(e.to_string()),
+        };
+    }
+    if let Some(sleep) = &hook.sleep {
+        tokio::time::sleep(Duration::from_secs(sleep.seconds.max(0) as u64).min(timeout)).await;
+        return Ok(());
+    }
+    if let Some(http) = &hook.http_get {
+        let probe = Probe {
+            http_get: Some(http.clone()),
+            timeout_seconds: Some(timeout.as_secs().max(1) as i32),
+            ..Default::default()
+        };
+        return match probe_once(&probe, container, running, env, pod_ip).await {
+            ProbeResult::Success => Ok(()),
+            ProbeResult::Failure(e) => Err(e),
+        };
+    }
+    Ok(())
+}
+
+/// preStop hook, SIGTERM, grace period, SIGKILL; returns the exit status.
+async fn terminate(
+    running: &RunningContainer,
+    container: &Container,
+    env: &[(String, String)],
+    pod_ip: &str,
+    grace: Duration,
+) -> ExitStatus {
+    let deadline = Instant::now() + grace;
+    if let Some(pre_stop) = container
+        .lifecycle
+        .as_ref()
+        .and_then(|l| l.pre_stop.as_ref())
+        && running.try_status().is_none()
+        && let Err(e) = run_hook(pre_stop, container, running, env, pod_ip, grace).await
+    {
+        tracing::info!(container = container.name, error = %e, "FailedPreStopHook");
+    }
+    let _ = running.signal(Signal::SIGTERM);
+    // A stopped (paused) process must run to handle SIGTERM.
+    let _ = running.signal(Signal::SIGCONT);
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    match tokio::time::timeout(remaining, running.wait()).await {
+        Ok(status) => status,
+        Err(_) => {
+            let _ = running.signal(Signal::SIGKILL);
+            running.wait().await
+        }
+    }
+}
+
+/// The full environment of the process: the image's, then the container's.
+fn process_env(
+    image_env: &[(String, String)],
+    env: &[(String, String)],
+    hostname: Option<&str>,
+) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let defined: std::collections::HashSet<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+    for (k, v) in image_env {
+        if !defined.contains(k.as_str()) {
+            out.push((k.clone(), v.clone()));
+        }
+    }
+    if let Some(h) = hostname
+        && !defined.contains("HOSTNAME")
+    {
+        out.push(("HOSTNAME".into(), h.to_string()));
+    }
+    out.extend(env.iter().cloned());
+    out
+}
+
+async fn run_once(
+    sup: &Supervisor,
+    stop: &mut watch::Receiver<bool>,
+    spawned_before: bool,
+) -> Outcome {
+    let Some(c) = sup.container() else {
+        return Outcome::Stopped;
+    };
+    let pod = sup.pod();
+    let image_name = c.image.clone().unwrap_or_default();
+    let image = match sup.shared.images.resolve(&image_name) {
+        Ok(i) => i,
+        Err(e) => {
+            let reason = if sup.current().is_some_and(|s| {
+                s.state.waiting.as_ref().and_then(|w| w.reason.as_deref()) == Some("ErrImagePull")
+            }) {
+                "ImagePullBackOff"
+            } else {
+                "ErrImagePull"
+            };
+            let msg = if reason == "ErrImagePull" {
+                format!("failed to pull image {image_name:?}: {e}")
+            } else {
+                format!("Back-off pulling image {image_name:?}: {e}")
+            };
+            sup.update(|s| s.state = waiting(reason, Some(msg)));
+            return Outcome::NotStarted { image_pull: true };
+        }
+    };
+    let ns = pod.namespace().unwrap_or_default();
+    let allocatable = sup
+        .shared
+        .allocatable
+        .get(&sup.pod.node)
+        .cloned()
+        .unwrap_or_default();
+    let env = match container_env(
+        &pod,
+        &c,
+        &sup.info,
+        &sup.shared.objects.in_namespace(&ns),
+        &sup.shared.service_env,
+        &allocatable,
+    ) {
+        Ok(e) => e,
+        Err(e) => {
+            sup.update(|s| s.state = waiting("CreateContainerConfigError", Some(e.to_string())));
+            return Outcome::NotStarted { image_pull: false };
+        }
+    };
+    let (command, args) = expand_command(&c, &env);
+    let argv = image.argv(&command, &args);
+    if argv.is_empty() {
+        sup.update(|s| {
+            s.state = waiting("CreateContainerError", Some("no command specified".into()))
+        });
+        return Outcome::NotStarted { image_pull: false };
+    }
+    let host = hostname(&pod);
+    let full_env = process_env(&image.env, &env, host.as_deref());
+    let mounts = match container_mounts(&c, &sup.volumes, &full_env) {
+        Ok(m) => m,
+        Err(e) => {
+            sup.update(|s| s.state = waiting("CreateContainerConfigError", Some(e.to_string())));
+            return Outcome::NotStarted { image_pull: false };
+        }
+    };
+    let restart = sup.current().map(|s| s.restart_count).unwrap_or(0) + i32::from(spawned_before);
+    let short_uid: String = sup.pod.uid.chars().filter(|c| *c != '-').take(12).collect();
+    let id = format!("{short_uid}-{}-{restart}", c.name);
+    let state_dir = sup
+        .pod_dir
+        .join("containers")
+        .join(format!("{}-{restart}", c.name));
+    let spec = ContainerSpec {
+        id: id.clone(),
+        argv,
+        env: full_env.clone(),
+        working_dir: c
+            .working_dir
+            .clone()
+            .filter(|w| !w.is_empty())
+            .map(PathBuf::from)
+            .or(image.working_dir.clone()),
+        mounts,
+        netns_path: Some(sup.netns_path.clone()),
+        hostname: host,
+        state_dir: state_dir.clone(),
+        log_path: sup
+            .pod_dir
+            .join("logs")
+            .join(&c.name)
+            .join(format!("{restart}.log")),
+    };
+    if let Some(parent) = spec.log_path.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    let running = match spawn(&spec) {
+        Ok(r) => r,
+        Err(e) => {
+            sup.update(|s| s.state = waiting("RunContainerError", Some(e.to_string())));
+            return Outcome::NotStarted { image_pull: false };
+        }
+    };
+    let container_id = format!("localkube://{id}");
+    let started_at = Time(Timestamp::now());
+    let has_startup = c.startup_probe.is_some();
+    let probes_apply = !sup.init || sup.is_sidecar();
+    let has_readiness = c.readiness_probe.is_some() && probes_apply;
+    sup.update(|s| {
+        if spawned_before {
+            s.restart_count += 1;
+        }
+        if s.state.terminated.is_some() {
+            s.last_state = Some(std::mem::take(&mut s.state));
+        }
+        s.state = ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(started_at.clone()),
+            }),
+            ..Default::default()
+        };
+        s.container_id = Some(container_id.clone());
+        s.image_id = format!("localkube://{}", image.entry);
+        s.running = Some(running.clone());
+        s.started = !(has_startup && probes_apply);
+        s.ready = s.started && !has_readiness && !sup.init;
+        if sup.is_sidecar() {
+            s.ready = s.started && !has_readiness;
+        }
+    });
+    let pod_ip = sup.info.pod_ips.first().cloned().unwrap_or_default();
+
+    // postStart hook: the container counts as started only once it returns.
+    if let Some(post_start) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref())
+        && let Err(e) = run_hook(
+            post_start,
+            &c,
+            &running,
+            &full_env,
+            &pod_ip,
+            termination_grace(&pod, None),
+        )
+        .await
+    {
+        tracing::info!(container = c.name, error = %e, "FailedPostStartHook");
+        let status = terminate(
+            &running,
+            &c,
+            &full_env,
+            &pod_ip,
+            termination_grace(&pod, None),
+        )
+        .await;
+        record_exit(sup, status, &started_at, &container_id, &state_dir);
+        return Outcome::Exited(status);
+    }
+
+    let (kill_tx, mut kill_rx) = mpsc::channel::<(String, Option<Probe>)>(1);
+    let probe_task = probes_apply.then(|| {
+        tokio::spawn(probe_loop(
+            sup.clone(),
+            c.clone(),
+            running.clone(),
+            full_env.clone(),
+            kill_tx,
+        ))
+    });
+    let mut stopped = false;
+    let status = tokio::select! {
+        s = running.wait() => s,
+        Some((reason, probe)) = kill_rx.recv() => {
+            tracing::info!(container = c.name, reason, "killing container");
+            let grace = termination_grace(&sup.pod(), probe.as_ref());
+            terminate(&running, &c, &full_env, &pod_ip, grace).await
+        }
+        _ = wait_stop(stop) => {
+            stopped = true;
+            let grace = termination_grace(&sup.pod(), None);
+            terminate(&running, &c, &full_env, &pod_ip, grace).await
+        }
+    };
+    if let Some(t) = probe_task {
+        t.abort();
+    }
+    record_exit(sup, status, &started_at, &container_id, &state_dir);
+    if stopped {
+        Outcome::Stopped
+    } else {
+        Outcome::Exited(status)
+    }
+}
+
+fn record_exit(
+    sup: &Supervisor,
+    status: ExitStatus,
+    started_at: &Time,
+    container_id: &str,
+    state_dir: &std::path::Path,
+) {
+    sup.update(|s| {
+        s.state = terminated_state(
+            status.exit_code(),
+            status.signal,
+            Some(started_at.clone()),
+            Some(container_id.to_string()),
+            None,
+        );
+        s.running = None;
+        s.ready = false;
+        s.started = false;
+    });
+    let dir = state_dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let _ = std::fs::remove_dir_all(dir);
+    });
+}
+
+async fn wait_stop(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        _ = wait_stop(stop) => true,
+    }
+}
+
+/// Runs a regular (or sidecar) container for the pod's lifetime.
+pub(crate) async fn supervise(sup: Supervisor, mut stop: watch::Receiver<bool>) {
+    let mut backoff = Backoff::default();
+    let mut pull_backoff = Backoff::default();
+    let mut spawned = false;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        match run_once(&sup, &mut stop, spawned).await {
+            Outcome::Stopped => return,
+            Outcome::NotStarted { image_pull } => {
+                let d = if image_pull {
+                    pull_backoff
+                        .next(Instant::now())
+                        .max(Duration::from_secs(1))
+                } else {
+                    Duration::from_secs(2)
+                };
+                if sleep_or_stop(d, &mut stop).await {
+                    return;
+                }
+            }
+            Outcome::Exited(status) => {
+                spawned = true;
+                let policy = sup.restart_policy();
+                let restart = policy == "Always" || (policy == "OnFailure" && !status.success());
+                if !restart {
+                    return;
+                }
+                let delay = backoff.next(Instant::now());
+                if !delay.is_zero() {
+                    let pod = sup.pod();
+                    let name = sup.container().map(|c| c.name).unwrap_or_default();
+                    let msg = format!(
+                        "back-off {}s restarting failed container={name} pod={}_{}({})",
+                        delay.as_secs(),
+                        pod.name_any(),
+                        pod.namespace().unwrap_or_default(),
+                        sup.pod.uid
+                    );
+                    sup.update(|s| {
+                        if s.state.terminated.is_some() {
+                            s.last_state = Some(std::mem::take(&mut s.state));
+                        }
+                        s.state = waiting("CrashLoopBackOff", Some(msg));
+                    });
+                    if sleep_or_stop(delay, &mut stop).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs an init container to successful completion. Returns `false` if it
+/// failed for good (restartPolicy Never) or the pod is being deleted.
+pub(crate) async fn supervise_init(sup: Supervisor, mut stop: watch::Receiver<bool>) -> bool {
+    let mut backoff = Backoff::default();
+    let mut pull_backoff = Backoff::default();
+    let mut spawned = false;
+    loop {
+        if *stop.borrow() {
+            return false;
+        }
+        match run_once(&sup, &mut stop, spawned).await {
+            Outcome::Stopped => return false,
+            Outcome::NotStarted { image_pull } => {
+                let d = if image_pull {
+                    pull_backoff
+                        .next(Instant::now())
+                        .max(Duration::from_secs(1))
+                } else {
+                    Duration::from_secs(2)
+                };
+                if sleep_or_stop(d, &mut stop).await {
+                    return false;
+                }
+            }
+            Outcome::Exited(status) if status.success() => return true,
+            Outcome::Exited(_) => {
+                spawned = true;
+                if sup.restart_policy() == "Never" {
+                    return false;
+                }
+                let delay = backoff.next(Instant::now());
+                if !delay.is_zero() && sleep_or_stop(delay, &mut stop).await {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// Startup, then readiness and liveness probes of one container instance.
+async fn probe_loop(
+    sup: Supervisor,
+    c: Container,
+    running: RunningContainer,
+    env: Vec<(String, String)>,
+    kill: mpsc::Sender<(String, Option<Probe>)>,
+) {
+    let pod_ip = sup.info.pod_ips.first().cloned().unwrap_or_default();
+    if let Some(p) = &c.startup_probe {
+        let t = ProbeTiming::of(p);
+        tokio::time::sleep(t.initial_delay).await;
+        let mut th = Thresholds::default();
+        loop {
+            let r = probe_once(p, &c, &running, &env, &pod_ip).await;
+            let ok = r == ProbeResult::Success;
+            match th.record(ok, &t) {
+                Some(true) => break,
+                Some(false) => {
+                    let msg = match r {
+                        ProbeResult::Failure(m) => m,
+                        ProbeResult::Success => String::new(),
+                    };
+                    let _ = kill
+                        .send((format!("Startup probe failed: {msg}"), Some(p.clone())))
+                        .await;
+                    return;
+                }
+                None => {}
+            }
+            tokio::time::sleep(t.period).await;
+        }
+        let has_readiness = c.readiness_probe.is_some();
+        sup.update(|s| {
+            s.started = true;
+            s.ready = !has_readiness;
+        });
+    }
+    let readiness = async {
+        let Some(p) = &c.readiness_probe else {
+            return;
+        };
+        let t = ProbeTiming::of(p);
+        tokio::time::sleep(t.initial_delay).await;
+        let mut th = Thresholds::default();
+        loop {
+            let ok = probe_once(p, &c, &running, &env, &pod_ip).await == ProbeResult::Success;
+            if let Some(ready) = th.record(ok, &t)
+                && sup.current().is_some_and(|s| s.ready != ready)
+            {
+                sup.update(|s| s.ready = ready);
+            }
+            tokio::time::sleep(t.period).await;
+        }
+    };
+    let liveness = async {
+        let Some(p) = &c.liveness_probe else {
+            return;
+        };
+        let t = ProbeTiming::of(p);
+        tokio::time::sleep(t.initial_delay).await;
+        let mut th = Thresholds::default();
+        loop {
+            let r = probe_once(p, &c, &running, &env, &pod_ip).await;
+            if th.record(r == ProbeResult::Success, &t) == Some(false) {
+                let msg = match r {
+                    ProbeResult::Failure(m) => m,
+                    ProbeResult::Success => String::new(),
+                };
+                let _ = kill
+                    .send((format!("Liveness probe failed: {msg}"), Some(p.clone())))
+                    .await;
+                return;
+            }
+            tokio::time::sleep(t.period).await;
+        }
+    };
+    tokio::join!(readiness, liveness);
+}

@@ -1,0 +1,320 @@
+//! The kubelet ("podlet") of localkube: for every pod bound to one of
+//! localkube's fake nodes it does what a kubelet and a container runtime
+//! would, with real processes ([`crate::runtime`]).
+//!
+//! Entry point: [`Kubelets::start`]`(`[`KubeletConfig`]`)` — called by
+//! [`crate::Env`] once the control plane is ready. It
+//!
+//! - registers one Node per [`NodeSpec`] (labels, taints, capacity,
+//!   addresses, Ready/pressure conditions) and keeps it alive with status
+//!   heartbeats and Lease renewals in `kube-node-lease` (every 10 s);
+//! - watches the pods bound to each node and runs each in a sandbox
+//!   (network namespace + IP): volumes, init containers, containers, probes,
+//!   restarts with back-off, graceful deletion, status reporting;
+//! - creates the default StorageClass ([`storage::STORAGE_PROVISIONER`]) and
+//!   runs its directory-backed provisioner, reclaimer and resizer.
+//!
+//! [`Kubelets::faults`] returns [`Faults`], the fault-injection handle for
+//! tests; [`Kubelets::shutdown`] kills every pod (SIGKILL) and removes all
+//! sandboxes.
+
+pub mod atomic_writer;
+pub mod backoff;
+mod containers;
+pub mod envvars;
+pub mod expand;
+pub mod fieldpath;
+mod node;
+pub mod objects;
+mod pods;
+pub mod probes;
+pub mod quantity;
+pub mod status;
+pub mod storage;
+pub mod volumes;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::Taint;
+use kube::Client;
+use tokio::task::JoinHandle;
+
+use crate::runtime::Signal;
+use crate::runtime::images::ImageTable;
+use crate::runtime::network::Network;
+
+pub use pods::PodHandle;
+
+/// One fake node.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    /// Node name (also `kubernetes.io/hostname`).
+    pub name: String,
+    /// `topology.kubernetes.io/zone`.
+    pub zone: String,
+    /// Extra labels.
+    pub labels: BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// Capacity/allocatable CPU (a quantity, e.g. `"4"`).
+    pub cpu: String,
+    /// Capacity/allocatable memory (e.g. `"8Gi"`).
+    pub memory: String,
+    /// Maximum number of pods.
+    pub pods: u32,
+}
+
+/// Configuration of the kubelets.
+#[derive(Clone)]
+pub struct KubeletConfig {
+    /// Admin client.
+    pub client: Client,
+    /// The nodes to run.
+    pub nodes: Vec<NodeSpec>,
+    /// Where pod directories, logs and volumes live.
+    pub state_dir: PathBuf,
+    /// The pod network (bridge + IPAM).
+    pub network: Arc<Network>,
+    /// Image → executables table.
+    pub images: ImageTable,
+    /// Address of the API server as seen from pods (`KUBERNETES_SERVICE_HOST`).
+    pub api_host: String,
+    /// Port of the API server (`KUBERNETES_SERVICE_PORT`).
+    pub api_port: u16,
+    /// Name of the default StorageClass (usually `standard`).
+    pub storage_class: String,
+}
+
+/// State shared by every task of the kubelets.
+pub(crate) struct Shared {
+    pub client: Client,
+    pub state_dir: PathBuf,
+    pub network: Arc<Network>,
+    pub images: ImageTable,
+    pub service_env: BTreeMap<String, String>,
+    pub host_ip: String,
+    pub objects: objects::Objects,
+    pub nodes: BTreeMap<String, NodeSpec>,
+    /// Per node: allocatable resources as quantities.
+    pub allocatable: BTreeMap<String, BTreeMap<String, String>>,
+    /// Pod workers by pod uid.
+    pub pods: Mutex<HashMap<String, PodHandle>>,
+    /// Per node: heartbeat and pod-watch tasks while the node runs.
+    pub node_tasks: Mutex<HashMap<String, Vec<JoinHandle<()>>>>,
+}
+
+impl Shared {
+    pub(crate) fn lock_pods(&self) -> std::sync::MutexGuard<'_, HashMap<String, PodHandle>> {
+        self.pods.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_node_tasks(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<JoinHandle<()>>>> {
+        self.node_tasks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The running kubelets of all nodes.
+pub struct Kubelets {
+    shared: Arc<Shared>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Kubelets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kubelets")
+            .field("nodes", &self.shared.nodes.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Kubelets {
+    /// Registers the nodes, starts their heartbeats and pod workers, and the
+    /// storage provisioner. Returns once every node is registered and Ready.
+    pub async fn start(cfg: KubeletConfig) -> anyhow::Result<Kubelets> {
+        std::fs::create_dir_all(cfg.state_dir.join("pods"))
+            .with_context(|| format!("create {}", cfg.state_dir.display()))?;
+        let (objects, mut tasks) = objects::Objects::start(&cfg.client).await?;
+        let host_ip = cfg.network.gateway().to_string();
+        let allocatable = cfg
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), node::allocatable(n)))
+            .collect();
+        let shared = Arc::new(Shared {
+            client: cfg.client.clone(),
+            state_dir: cfg.state_dir.clone(),
+            network: cfg.network.clone(),
+            images: cfg.images.clone(),
+            service_env: envvars::service_env(&cfg.api_host, cfg.api_port),
+            host_ip,
+            objects,
+            nodes: cfg
+                .nodes
+                .iter()
+                .map(|n| (n.name.clone(), n.clone()))
+                .collect(),
+            allocatable,
+            pods: Mutex::new(HashMap::new()),
+            node_tasks: Mutex::new(HashMap::new()),
+        });
+        for n in &cfg.nodes {
+            node::register(&shared, n).await?;
+        }
+        for n in &cfg.nodes {
+            start_node_tasks(&shared, &n.name);
+        }
+        tasks.extend(
+            storage::start(
+                cfg.client.clone(),
+                cfg.state_dir.join("volumes"),
+                cfg.storage_class.clone(),
+            )
+            .await?,
+        );
+        Ok(Kubelets { shared, tasks })
+    }
+
+    /// The fault-injection handle.
+    pub fn faults(&self) -> Faults {
+        Faults {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Stops everything: SIGKILLs every container, removes every sandbox,
+    /// stops heartbeats, watchers and the provisioner. No status is reported.
+    pub async fn shutdown(self) {
+        let nodes: Vec<String> = self.shared.nodes.keys().cloned().collect();
+        for n in nodes {
+            stop_node_tasks(&self.shared, &n);
+        }
+        let handles: Vec<PodHandle> = self.shared.lock_pods().drain().map(|(_, h)| h).collect();
+        for h in handles {
+            h.hard_stop(&self.shared).await;
+        }
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn start_node_tasks(shared: &Arc<Shared>, node: &str) {
+    let tasks = vec![
+        tokio::spawn(node::heartbeat_loop(shared.clone(), node.to_string())),
+        tokio::spawn(pods::watch_node_pods(shared.clone(), node.to_string())),
+    ];
+    if let Some(old) = shared.lock_node_tasks().insert(node.to_string(), tasks) {
+        old.into_iter().for_each(|t| t.abort());
+    }
+}
+
+fn stop_node_tasks(shared: &Arc<Shared>, node: &str) {
+    if let Some(old) = shared.lock_node_tasks().remove(node) {
+        old.into_iter().for_each(|t| t.abort());
+    }
+}
+
+/// Fault injection for tests. Cheap to clone.
+#[derive(Clone)]
+pub struct Faults {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Faults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Faults")
+    }
+}
+
+impl Faults {
+    fn signal(&self, ns: &str, pod: &str, container: &str, sig: Signal) -> anyhow::Result<()> {
+        let pods = self.shared.lock_pods();
+        let handle = pods
+            .values()
+            .find(|h| h.namespace == ns && h.name == pod)
+            .with_context(|| format!("pod {ns}/{pod} does not run on a localkube node"))?;
+        let running = handle
+            .running_container(container)
+            .with_context(|| format!("container {container} of {ns}/{pod} is not running"))?;
+        running.signal(sig)?;
+        Ok(())
+    }
+
+    /// SIGKILLs a container's process, as a crash (the kubelet restarts it per restartPolicy).
+    pub fn kill_container(&self, ns: &str, pod: &str, container: &str) -> anyhow::Result<()> {
+        self.signal(ns, pod, container, Signal::SIGKILL)
+    }
+
+    /// SIGSTOPs a container's process.
+    pub fn pause(&self, ns: &str, pod: &str, container: &str) -> anyhow::Result<()> {
+        self.signal(ns, pod, container, Signal::SIGSTOP)
+    }
+
+    /// SIGCONTs a paused container's process.
+    pub fn resume(&self, ns: &str, pod: &str, container: &str) -> anyhow::Result<()> {
+        self.signal(ns, pod, container, Signal::SIGCONT)
+    }
+
+    fn set_link(&self, ns: &str, pod: &str, up: bool) -> anyhow::Result<()> {
+        let sandbox = {
+            let pods = self.shared.lock_pods();
+            let handle = pods
+                .values()
+                .find(|h| h.namespace == ns && h.name == pod)
+                .with_context(|| format!("pod {ns}/{pod} does not run on a localkube node"))?;
+            handle
+                .sandbox()
+                .with_context(|| format!("pod {ns}/{pod} has no sandbox"))?
+        };
+        self.shared.network.set_link(&sandbox, up)?;
+        Ok(())
+    }
+
+    /// Takes the pod's network link down (nothing reaches it, it reaches nothing).
+    pub fn cut_network(&self, ns: &str, pod: &str) -> anyhow::Result<()> {
+        self.set_link(ns, pod, false)
+    }
+
+    /// Brings the pod's network link back up.
+    pub fn restore_network(&self, ns: &str, pod: &str) -> anyhow::Result<()> {
+        self.set_link(ns, pod, true)
+    }
+
+    /// Stops a node as if it crashed: its pods' processes are killed, its
+    /// heartbeats and lease renewals stop (the node lifecycle controller
+    /// marks it NotReady), nothing is reported for its pods any more.
+    pub async fn stop_node(&self, name: &str) -> anyhow::Result<()> {
+        anyhow::ensure!(self.shared.nodes.contains_key(name), "unknown node {name}");
+        stop_node_tasks(&self.shared, name);
+        let handles: Vec<PodHandle> = {
+            let mut pods = self.shared.lock_pods();
+            let uids: Vec<String> = pods
+                .iter()
+                .filter(|(_, h)| h.node == name)
+                .map(|(u, _)| u.clone())
+                .collect();
+            uids.iter().filter_map(|u| pods.remove(u)).collect()
+        };
+        for h in handles {
+            h.hard_stop(&self.shared).await;
+        }
+        Ok(())
+    }
+
+    /// Starts a stopped node again: heartbeats resume and its pods are
+    /// started afresh (new sandboxes, restarted containers).
+    pub async fn start_node(&self, name: &str) -> anyhow::Result<()> {
+        let spec = self
+            .shared
+            .nodes
+            .get(name)
+            .with_context(|| format!("unknown node {name}"))?
+            .clone();
+        node::register(&self.shared, &spec).await?;
+        start_node_tasks(&self.shared, name);
+        Ok(())
+    }
+}

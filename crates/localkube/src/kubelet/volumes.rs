@@ -1,0 +1,570 @@
+//! Pod volumes: emptyDir, hostPath, configMap, secret, downwardAPI, projected
+//! (with service-account tokens from the TokenRequest API) and
+//! persistentVolumeClaim; projected content goes through the atomic writer
+//! and is refreshed when its sources change.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{
+    Container, DownwardAPIVolumeFile, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod,
+    ServiceAccount, Volume,
+};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use thiserror::Error;
+
+use super::atomic_writer::{self, FileProjection};
+use super::fieldpath::{PodRuntimeInfo, field_value, resource_value};
+use super::objects::Objects;
+use crate::runtime::Mount;
+
+/// Why a volume could not be set up (the kubelet's `FailedMount`).
+#[derive(Debug, Error)]
+pub enum VolumeError {
+    /// A referenced object is missing.
+    #[error("{kind} {name:?} not found")]
+    NotFound {
+        /// Object kind.
+        kind: &'static str,
+        /// Object name.
+        name: String,
+    },
+    /// A referenced key is missing.
+    #[error("{kind} {name:?} references non-existent key {key:?}")]
+    MissingKey {
+        /// Object kind.
+        kind: &'static str,
+        /// Object name.
+        name: String,
+        /// Key.
+        key: String,
+    },
+    /// The claim is not bound yet.
+    #[error("persistentvolumeclaim {0:?} is not bound")]
+    Unbound(String),
+    /// The volume type is not supported by localkube.
+    #[error("volume {0:?}: unsupported volume type")]
+    Unsupported(String),
+    /// A downward API selector failed.
+    #[error(transparent)]
+    FieldPath(#[from] super::fieldpath::FieldPathError),
+    /// Writing the content failed.
+    #[error(transparent)]
+    Write(#[from] atomic_writer::WriteError),
+    /// API error.
+    #[error("api: {0}")]
+    Api(#[from] kube::Error),
+    /// Filesystem error.
+    #[error("{0}: {1}")]
+    Io(String, std::io::Error),
+    /// A volumeMount names no volume of the pod.
+    #[error("volumeMount {0:?} refers to no volume")]
+    NoSuchVolume(String),
+}
+
+/// What a volume became on the host.
+#[derive(Debug, Clone)]
+pub struct PreparedVolume {
+    /// Host directory (or file) that mounts bind.
+    pub path: PathBuf,
+    /// Content comes from the atomic writer (refreshed on changes).
+    pub projected: bool,
+    /// The volume is read-only by its source (configMap, secret, ...).
+    pub read_only: bool,
+}
+
+/// Everything the kubelet needs to (re-)project a pod's volumes.
+pub struct VolumeContext<'a> {
+    /// API client (token requests, claims).
+    pub client: &'a Client,
+    /// ConfigMap/Secret caches.
+    pub objects: &'a Objects,
+    /// Node allocatable (resourceFieldRef without limits).
+    pub allocatable: &'a BTreeMap<String, String>,
+    /// Pod IPs etc.
+    pub info: &'a PodRuntimeInfo,
+}
+
+/// Service-account tokens already issued for a pod, refreshed at 80 % of their lifetime.
+#[derive(Default)]
+pub struct TokenCache {
+    tokens: HashMap<(String, i64), (String, Instant)>,
+}
+
+const DEFAULT_MODE: i32 = 0o644;
+
+fn mode_of(item: Option<i32>, default: Option<i32>) -> u32 {
+    (item.or(default).unwrap_or(DEFAULT_MODE) & 0o7777) as u32
+}
+
+fn project_keys(
+    kind: &'static str,
+    name: &str,
+    data: Option<BTreeMap<String, Vec<u8>>>,
+    items: Option<&Vec<KeyToPath>>,
+    optional: bool,
+    default_mode: Option<i32>,
+    out: &mut BTreeMap<String, FileProjection>,
+) -> Result<(), VolumeError> {
+    let Some(data) = data else {
+        if optional {
+            return Ok(());
+        }
+        return Err(VolumeError::NotFound {
+            kind,
+            name: name.to_string(),
+        });
+    };
+    match items.filter(|i| !i.is_empty()) {
+        None => {
+            for (k, v) in data {
+                out.insert(
+                    k,
+                    FileProjection {
+                        data: v,
+                        mode: mode_of(None, default_mode),
+                    },
+                );
+            }
+        }
+        Some(items) => {
+            for item in items {
+                match data.get(&item.key) {
+                    Some(v) => {
+                        out.insert(
+                            item.path.clone(),
+                            FileProjection {
+                                data: v.clone(),
+                                mode: mode_of(item.mode, default_mode),
+                            },
+                        );
+                    }
+                    None if optional => {}
+                    None => {
+                        return Err(VolumeError::MissingKey {
+                            kind,
+                            name: name.to_string(),
+                            key: item.key.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn project_downward(
+    pod: &Pod,
+    ctx: &VolumeContext<'_>,
+    items: &[DownwardAPIVolumeFile],
+    default_mode: Option<i32>,
+    out: &mut BTreeMap<String, FileProjection>,
+) -> Result<(), VolumeError> {
+    for item in items {
+        let value = if let Some(f) = &item.field_ref {
+            field_value(pod, ctx.info, &f.field_path, true)?
+        } else if let Some(r) = &item.resource_field_ref {
+            let spec = pod.spec.as_ref();
+            let container: Option<&Container> = spec.and_then(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+                    .find(|c| Some(c.name.as_str()) == r.container_name.as_deref())
+            });
+            let container = container.ok_or_else(|| {
+                super::fieldpath::FieldPathError::NoContainer(
+                    r.container_name.clone().unwrap_or_default(),
+                )
+            })?;
+            resource_value(
+                container,
+                &r.resource,
+                r.divisor.as_ref().map(|d| d.0.as_str()),
+                ctx.allocatable,
+            )?
+        } else {
+            continue;
+        };
+        out.insert(
+            item.path.clone(),
+            FileProjection {
+                data: value.into_bytes(),
+                mode: mode_of(item.mode, default_mode),
+            },
+        );
+    }
+    Ok(())
+}
+
+async fn service_account_token(
+    pod: &Pod,
+    ctx: &VolumeContext<'_>,
+    tokens: &mut TokenCache,
+    audience: Option<String>,
+    expiration: Option<i64>,
+) -> Result<String, VolumeError> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let sa = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .unwrap_or_else(|| "default".into());
+    let expiration = expiration.unwrap_or(3600);
+    let key = (audience.clone().unwrap_or_default(), expiration);
+    if let Some((token, refresh_at)) = tokens.tokens.get(&key)
+        && Instant::now() < *refresh_at
+    {
+        return Ok(token.clone());
+    }
+    let req = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: audience.filter(|a| !a.is_empty()).map(|a| vec![a]),
+            attestations: None,
+            expiration_seconds: Some(expiration),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+        }),
+        ..Default::default()
+    };
+    let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), &ns);
+    let resp = api
+        .create_token_request(&sa, &PostParams::default(), &req)
+        .await?;
+    let token = resp.status.and_then(|s| s.token).unwrap_or_default();
+    let lifetime = Duration::from_secs(expiration.max(600) as u64);
+    tokens
+        .tokens
+        .insert(key, (token.clone(), Instant::now() + lifetime.mul_f64(0.8)));
+    Ok(token)
+}
+
+/// Builds the payload of an atomic-writer volume; `None` for other volume types.
+async fn payload(
+    pod: &Pod,
+    volume: &Volume,
+    ctx: &VolumeContext<'_>,
+    tokens: &mut TokenCache,
+) -> Result<Option<BTreeMap<String, FileProjection>>, VolumeError> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let mut out = BTreeMap::new();
+    if let Some(cm) = &volume.config_map {
+        project_keys(
+            "configmap",
+            &cm.name,
+            ctx.objects.config_map_bytes(&ns, &cm.name),
+            cm.items.as_ref(),
+            cm.optional == Some(true),
+            cm.default_mode,
+            &mut out,
+        )?;
+    } else if let Some(s) = &volume.secret {
+        let name = s.secret_name.clone().unwrap_or_default();
+        project_keys(
+            "secret",
+            &name,
+            ctx.objects.secret_bytes(&ns, &name),
+            s.items.as_ref(),
+            s.optional == Some(true),
+            s.default_mode,
+            &mut out,
+        )?;
+    } else if let Some(d) = &volume.downward_api {
+        project_downward(
+            pod,
+            ctx,
+            d.items.as_deref().unwrap_or_default(),
+            d.default_mode,
+            &mut out,
+        )?;
+    } else if let Some(p) = &volume.projected {
+        for source in p.sources.iter().flatten() {
+            if let Some(cm) = &source.config_map {
+                project_keys(
+                    "configmap",
+                    &cm.name,
+                    ctx.objects.config_map_bytes(&ns, &cm.name),
+                    cm.items.as_ref(),
+                    cm.optional == Some(true),
+                    p.default_mode,
+                    &mut out,
+                )?;
+            }
+            if let Some(s) = &source.secret {
+                project_keys(
+                    "secret",
+                    &s.name,
+                    ctx.objects.secret_bytes(&ns, &s.name),
+                    s.items.as_ref(),
+                    s.optional == Some(true),
+                    p.default_mode,
+                    &mut out,
+                )?;
+            }
+            if let Some(d) = &source.downward_api {
+                project_downward(
+                    pod,
+                    ctx,
+                    d.items.as_deref().unwrap_or_default(),
+                    p.default_mode,
+                    &mut out,
+                )?;
+            }
+            if let Some(t) = &source.service_account_token {
+                let token = service_account_token(
+                    pod,
+                    ctx,
+                    tokens,
+                    t.audience.clone(),
+                    t.expiration_seconds,
+                )
+                .await?;
+                out.insert(
+                    t.path.clone(),
+                    FileProjection {
+                        data: token.into_bytes(),
+                        mode: mode_of(None, p.default_mode),
+                    },
+                );
+            }
+        }
+    } else {
+        return Ok(None);
+    }
+    Ok(Some(out))
+}
+
+/// Directory of a volume of a pod.
+pub fn volume_dir(pod_dir: &Path, name: &str) -> PathBuf {
+    pod_dir.join("volumes").join(name)
+}
+
+/// Sets up (or refreshes) every volume of the pod under `pod_dir`.
+pub async fn prepare(
+    pod: &Pod,
+    pod_dir: &Path,
+    ctx: &VolumeContext<'_>,
+    tokens: &mut TokenCache,
+) -> Result<BTreeMap<String, PreparedVolume>, VolumeError> {
+    let mut out = BTreeMap::new();
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    for volume in pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.clone())
+        .unwrap_or_default()
+    {
+        let dir = volume_dir(pod_dir, &volume.name);
+        let io = |what: &str, e| VolumeError::Io(format!("{what} {}", dir.display()), e);
+        if let Some(content) = payload(pod, &volume, ctx, tokens).await? {
+            atomic_writer::write(&dir, &content)?;
+            out.insert(
+                volume.name.clone(),
+                PreparedVolume {
+                    path: dir,
+                    projected: true,
+                    read_only: true,
+                },
+            );
+        } else if volume.empty_dir.is_some() {
+            std::fs::create_dir_all(&dir).map_err(|e| io("create", e))?;
+            out.insert(
+                volume.name.clone(),
+                PreparedVolume {
+                    path: dir,
+                    projected: false,
+                    read_only: false,
+                },
+            );
+        } else if let Some(hp) = &volume.host_path {
+            let path = PathBuf::from(&hp.path);
+            if matches!(hp.type_.as_deref(), Some("DirectoryOrCreate")) {
+                std::fs::create_dir_all(&path).map_err(|e| io("create", e))?;
+            }
+            out.insert(
+                volume.name.clone(),
+                PreparedVolume {
+                    path,
+                    projected: false,
+                    read_only: false,
+                },
+            );
+        } else if let Some(claim) = &volume.persistent_volume_claim {
+            let path = claim_path(ctx.client, &ns, &claim.claim_name).await?;
+            out.insert(
+                volume.name.clone(),
+                PreparedVolume {
+                    path,
+                    projected: false,
+                    read_only: claim.read_only == Some(true),
+                },
+            );
+        } else {
+            return Err(VolumeError::Unsupported(volume.name.clone()));
+        }
+    }
+    Ok(out)
+}
+
+/// The host directory behind a bound claim.
+async fn claim_path(client: &Client, ns: &str, claim: &str) -> Result<PathBuf, VolumeError> {
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let pvc = pvcs
+        .get_opt(claim)
+        .await?
+        .ok_or_else(|| VolumeError::NotFound {
+            kind: "persistentvolumeclaim",
+            name: claim.to_string(),
+        })?;
+    let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    let pv_name = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .filter(|_| bound)
+        .ok_or_else(|| VolumeError::Unbound(claim.to_string()))?;
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let pv = pvs
+        .get_opt(&pv_name)
+        .await?
+        .ok_or_else(|| VolumeError::NotFound {
+            kind: "persistentvolume",
+            name: pv_name.clone(),
+        })?;
+    let spec = pv.spec.unwrap_or_default();
+    let path = spec
+        .host_path
+        .map(|h| h.path)
+        .or(spec.local.map(|l| l.path))
+        .ok_or_else(|| VolumeError::Unsupported(pv_name.clone()))?;
+    let path = PathBuf::from(path);
+    std::fs::create_dir_all(&path)
+        .map_err(|e| VolumeError::Io(format!("create {}", path.display()), e))?;
+    Ok(path)
+}
+
+/// The bind mounts of a container, from its `volumeMounts`.
+/// `env` expands `subPathExpr`.
+pub fn container_mounts(
+    container: &Container,
+    volumes: &BTreeMap<String, PreparedVolume>,
+    env: &[(String, String)],
+) -> Result<Vec<Mount>, VolumeError> {
+    let env: BTreeMap<String, String> = env.iter().cloned().collect();
+    let mut mounts = Vec::new();
+    for vm in container.volume_mounts.iter().flatten() {
+        let vol = volumes
+            .get(&vm.name)
+            .ok_or_else(|| VolumeError::NoSuchVolume(vm.name.clone()))?;
+        let sub = match (&vm.sub_path, &vm.sub_path_expr) {
+            (Some(p), _) if !p.is_empty() => Some(p.clone()),
+            (_, Some(e)) if !e.is_empty() => {
+                Some(super::expand::expand(e, |n| env.get(n).cloned()))
+            }
+            _ => None,
+        };
+        let source = match sub {
+            None => vol.path.clone(),
+            Some(sub) => {
+                if sub.split('/').any(|c| c == "..") || sub.starts_with('/') {
+                    return Err(VolumeError::Unsupported(format!(
+                        "{}: subPath {sub:?}",
+                        vm.name
+                    )));
+                }
+                let p = vol.path.join(&sub);
+                if !vol.projected && std::fs::symlink_metadata(&p).is_err() {
+                    // The kubelet creates a missing subPath as a directory.
+                    std::fs::create_dir_all(&p)
+                        .map_err(|e| VolumeError::Io(format!("create {}", p.display()), e))?;
+                }
+                // Bind the resolved target (projected files are symlinks into `..data`).
+                std::fs::canonicalize(&p)
+                    .map_err(|e| VolumeError::Io(format!("resolve {}", p.display()), e))?
+            }
+        };
+        mounts.push(Mount {
+            source,
+            target: PathBuf::from(&vm.mount_path),
+            read_only: vm.read_only == Some(true) || vol.read_only,
+        });
+    }
+    Ok(mounts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_items_modes_and_optional() {
+        let data: BTreeMap<String, Vec<u8>> = [
+            ("a".to_string(), b"1".to_vec()),
+            ("b".to_string(), b"2".to_vec()),
+        ]
+        .into();
+        let mut out = BTreeMap::new();
+        project_keys(
+            "configmap",
+            "cm",
+            Some(data.clone()),
+            None,
+            false,
+            Some(0o400),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(out["a"].mode, 0o400);
+        let items = vec![KeyToPath {
+            key: "b".into(),
+            path: "dir/b.txt".into(),
+            mode: Some(0o600),
+            user: None,
+        }];
+        let mut out = BTreeMap::new();
+        project_keys(
+            "configmap",
+            "cm",
+            Some(data.clone()),
+            Some(&items),
+            false,
+            None,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out.keys().collect::<Vec<_>>(), vec!["dir/b.txt"]);
+        assert_eq!(out["dir/b.txt"].mode, 0o600);
+        let missing = vec![KeyToPath {
+            key: "zz".into(),
+            path: "zz".into(),
+            mode: None,
+            user: None,
+        }];
+        assert!(
+            project_keys(
+                "configmap",
+                "cm",
+                Some(data),
+                Some(&missing),
+                false,
+                None,
+                &mut BTreeMap::new()
+            )
+            .is_err()
+        );
+        assert!(
+            project_keys("secret", "s", None, None, false, None, &mut BTreeMap::new()).is_err()
+        );
+        let mut out = BTreeMap::new();
+        project_keys("secret", "s", None, None, true, None, &mut out).unwrap();
+        assert!(out.is_empty());
+    }
+}
