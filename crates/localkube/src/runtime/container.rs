@@ -20,6 +20,11 @@
 //! and nothing is written to the host file system outside the state dir and the volume sources.
 //! The mount namespace (and so the overlay) disappears with the last process in it.
 //!
+//! The overlay only shows the host's root file system: `PATH` directories on other mounts, and
+//! the directories of the symlink targets in the image bin dir that are on other mounts, are
+//! bind-mounted read-only at their own path (so a state dir or binary cache on another volume
+//! works).
+//!
 //! The state dir holds `upper/`, `work/`, `root/`, `start.sh` and `container.pid` (pid + start
 //! time, for [`super::cleanup::cleanup_leftovers`]). [`spawn`] resets `upper/` and `work/`, so a
 //! restarted container starts from a clean file system, as with a real runtime.

@@ -3,7 +3,7 @@
 //! There are no container images here: an image reference is mapped, by the first matching
 //! [`ImageEntry`], to a directory of symlinks to host binaries (put first on `PATH` inside the
 //! container) plus the image's `ENTRYPOINT`, `CMD`, `WORKDIR` and `ENV`. The container root is the
-//! host file system (see [`super::container`]), so the symlink targets must be reachable there.
+//! host file system (see [`super::container`]; binary dirs on other mounts are bound in).
 //!
 //! Patterns are globs where `*` matches any run of characters. A pattern matches the whole
 //! reference or any suffix of it that starts after a `/`, so `valkey/valkey:9*` also matches
