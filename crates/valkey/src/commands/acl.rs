@@ -41,7 +41,7 @@ impl std::fmt::Debug for SystemUsers<'_> {
 /// Commands the operator needs: cluster administration (all `CLUSTER` subcommands, including
 /// `GETKEYSINSLOT`/`COUNTKEYSINSLOT`/`MIGRATESLOTS`), `CONFIG`, `ACL LOAD` and inspection,
 /// `INFO`, `WAIT`, `MIGRATE` + `RESTORE-ASKING` for key-by-key slot migration (these two need
-/// the `~*` key pattern), connection handshake. No data commands (`GET`, `SET`, ...).
+/// the `~*` key pattern; `MIGRATE` also sends `SELECT 0` to the target), connection handshake. No data commands (`GET`, `SET`, ...).
 pub const OPERATOR_COMMANDS: &[&str] = &[
     "+cluster",
     "+config",
@@ -59,6 +59,7 @@ pub const OPERATOR_COMMANDS: &[&str] = &[
     "+migrate",
     "+restore-asking",
     "+asking",
+    "+select",
     "+client|setinfo",
     "+client|setname",
     "+client|id",
@@ -72,8 +73,21 @@ pub const OPERATOR_COMMANDS: &[&str] = &[
 pub const REPLICATION_COMMANDS: &[&str] =
     &["+psync", "+sync", "+replconf", "+ping", "+auth", "+hello"];
 
-/// Extra replication commands on Valkey >= 9: atomic slot migration's sync channel.
-pub const REPLICATION_COMMANDS_V9: &[&str] = &["+cluster|syncslots"];
+/// Replication user rules on Valkey >= 9. Atomic slot migration's *target* executes the
+/// source's snapshot and write stream with the permissions of the user it authenticated as at
+/// the source (the replication user): on 9.1.2 an import failed with
+/// `NOPERM ... _replication ... 'select'`. So this user needs write access to every key and
+/// the `CLUSTER SYNCSLOTS` channel; administrative commands stay denied. (A replica already
+/// receives the whole dataset through `PSYNC`, so read access adds no exposure.)
+pub const REPLICATION_RULES_V9: &[&str] = &[
+    "&*",
+    "+@all",
+    "-@admin",
+    "+psync",
+    "+sync",
+    "+replconf",
+    "+cluster|syncslots",
+];
 
 /// Read-only introspection used by redis_exporter; no key access.
 pub const EXPORTER_COMMANDS: &[&str] = &[
@@ -124,10 +138,13 @@ fn user_line(name: &str, password: &str, keys: &str, commands: &[&str]) -> Strin
 /// User-defined users are appended by the caller; the revision marker via
 /// [`revision_marker_line`].
 pub fn system_acl_rules(users: &SystemUsers<'_>, valkey_major: u32) -> Vec<String> {
-    let mut replication: Vec<&str> = REPLICATION_COMMANDS.to_vec();
-    if valkey_major >= 9 {
-        replication.extend_from_slice(REPLICATION_COMMANDS_V9);
-    }
+    let (replication_keys, replication): (&str, Vec<&str>) = if valkey_major >= 9 {
+        let mut v = REPLICATION_COMMANDS.to_vec();
+        v.extend_from_slice(REPLICATION_RULES_V9);
+        ("~*", v)
+    } else {
+        ("resetkeys", REPLICATION_COMMANDS.to_vec())
+    };
     vec![
         "user default reset off resetchannels -@all".to_owned(),
         user_line(
@@ -139,7 +156,7 @@ pub fn system_acl_rules(users: &SystemUsers<'_>, valkey_major: u32) -> Vec<Strin
         user_line(
             REPLICATION_USER,
             users.replication_password,
-            "resetkeys",
+            replication_keys,
             &replication,
         ),
         user_line(

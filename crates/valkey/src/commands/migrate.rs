@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use redis::Value;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::{CommandError, Result, cluster_nodes, exec, poll_until, reply_contains};
 use crate::client::NodePool;
@@ -240,8 +240,9 @@ pub async fn migrate_slots_atomic(
                 && ours.iter().all(|j| j.is_terminal())
                 && let Some(f) = ours.iter().find(|j| !j.succeeded())
             {
+                let detail = target_side_message(pool, &view, f).await;
                 return Err(CommandError::Failed(format!(
-                    "slot migration {} ({}) to {} {}: {}",
+                    "slot migration {} ({}) to {} {}: {}{detail}",
                     f.name, f.slots, f.target_node, f.state, f.message
                 )));
             }
@@ -252,14 +253,34 @@ pub async fn migrate_slots_atomic(
     Ok(total)
 }
 
-/// Cancels all slot migrations running on the node at `addr` (`CLUSTER CANCELSLOTMIGRATIONS ALL`).
+/// The target's view of a failed job (its message usually names the cause).
+async fn target_side_message(pool: &NodePool, view: &ClusterNodes, job: &MigrationJob) -> String {
+    let Some(t) = view.get(&job.target_node) else {
+        return String::new();
+    };
+    match get_slot_migrations(pool, &t.addr.host_port()).await {
+        Ok(jobs) => jobs
+            .into_iter()
+            .find(|j| j.name == job.name)
+            .map(|j| format!(" (target: {} {})", j.state, j.message))
+            .unwrap_or_default(),
+        Err(e) => format!(" (target unreadable: {e})"),
+    }
+}
+
+/// Cancels all slot migrations running on the node at `addr` (`CLUSTER CANCELSLOTMIGRATIONS`;
+/// Valkey 9.1 takes no argument despite its help text). No-op when none is running.
 pub async fn cancel_slot_migrations(pool: &NodePool, addr: &str) -> Result<()> {
-    exec(
+    match exec(
         pool,
         addr,
-        redis::cmd("CLUSTER").arg("CANCELSLOTMIGRATIONS").arg("ALL"),
+        redis::cmd("CLUSTER").arg("CANCELSLOTMIGRATIONS"),
     )
     .await
+    {
+        Err(CommandError::Client(e)) if reply_contains(&e, "no migrations") => Ok(()),
+        r => r,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -282,7 +303,7 @@ impl Default for KeyMigrationOptions {
         Self {
             batch_keys: 1000,
             migrate_timeout: Duration::from_secs(10),
-            parallel_slots: 4,
+            parallel_slots: 16,
         }
     }
 }
@@ -376,27 +397,24 @@ pub async fn migrate_slot_keys(
         .try_collect()
         .await?;
     // Tell the other primaries (gossip would too, but this makes redirects right at once).
-    for addr in other_addrs {
-        if addr == source_addr || addr == target_addr {
-            continue;
-        }
-        for slot in slots {
-            let r = exec(
-                pool,
-                addr,
-                redis::cmd("CLUSTER")
-                    .arg("SETSLOT")
-                    .arg(*slot)
-                    .arg("NODE")
-                    .arg(&tgt.id),
-            )
-            .await;
-            if let Err(e) = r {
-                warn!(addr, slot, error = %e, "SETSLOT NODE on other primary failed (gossip will fix)");
-                break;
+    let others: Vec<&String> = other_addrs
+        .iter()
+        .filter(|a| *a != source_addr && *a != target_addr)
+        .collect();
+    let tgt_id = tgt.id.as_str();
+    futures::stream::iter(others.iter().flat_map(|a| slots.iter().map(move |s| (*a, *s))))
+        .for_each_concurrent(opts.parallel_slots.max(1) * 2, |(addr, slot)| async move {
+            let cmd = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(tgt_id)
+                .to_owned();
+            if let Err(e) = exec(pool, addr, &cmd).await {
+                debug!(addr, slot, error = %e, "SETSLOT NODE on other primary failed (gossip will fix)");
             }
-        }
-    }
+        })
+        .await;
     let keys = moved.iter().sum();
     info!(
         source = source_addr,

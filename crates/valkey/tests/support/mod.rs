@@ -523,3 +523,60 @@ pub fn init_tracing() {
         .with_test_writer()
         .try_init();
 }
+
+/// Slot moves `(source id, target id, slots)` that rebalance `owned` (id → slots) onto
+/// `targets` (balanced ±1), taking the highest slots of each source and moving each slot
+/// once, straight to its final owner (local helper for the harness).
+pub fn plan_moves(
+    owned: &[(String, valkey_ops::slots::SlotSet)],
+    targets: &[String],
+) -> Vec<(String, String, valkey_ops::slots::SlotSet)> {
+    use valkey_ops::slots::SlotSet;
+    let n = targets.len();
+    let want = |i: usize| 16384 / n + usize::from(i < 16384 % n);
+    let mut give: Vec<(String, Vec<Slot>)> = Vec::new();
+    let mut need: Vec<(String, usize)> = Vec::new();
+    let owned_map: BTreeMap<&str, &SlotSet> = owned.iter().map(|(i, s)| (i.as_str(), s)).collect();
+    for (i, t) in targets.iter().enumerate() {
+        let have = owned_map.get(t.as_str()).map_or(0, |s| s.len());
+        if have < want(i) {
+            need.push((t.clone(), want(i) - have));
+        } else if have > want(i) {
+            let slots: Vec<Slot> = owned_map[t.as_str()].iter().collect();
+            give.push((t.clone(), slots[want(i)..].to_vec()));
+        }
+    }
+    for (id, s) in owned {
+        if !targets.contains(id) && !s.is_empty() {
+            give.push((id.clone(), s.iter().collect()));
+        }
+    }
+    let mut moves: BTreeMap<(String, String), SlotSet> = BTreeMap::new();
+    let mut need_iter = need.into_iter().filter(|(_, k)| *k > 0);
+    let mut cur = need_iter.next();
+    for (src, slots) in give {
+        for s in slots {
+            let Some((dst, left)) = cur.as_mut() else {
+                break;
+            };
+            moves
+                .entry((src.clone(), dst.clone()))
+                .or_default()
+                .insert(s);
+            *left -= 1;
+            if *left == 0 {
+                cur = need_iter.next();
+            }
+        }
+    }
+    moves.into_iter().map(|((s, d), set)| (s, d, set)).collect()
+}
+
+/// Slots owned per primary id, from one node's view.
+pub async fn owned_slots(pool: &NodePool, addr: &str) -> Vec<(String, valkey_ops::slots::SlotSet)> {
+    let v = commands::cluster_nodes(pool, addr).await.unwrap();
+    v.primaries()
+        .filter(|n| !n.flags.failing())
+        .map(|n| (n.id.clone(), n.slot_set()))
+        .collect()
+}
