@@ -165,16 +165,58 @@ impl SlotSet {
 
     /// Adds every slot of `range`.
     pub fn insert_range(&mut self, range: SlotRange) {
-        for s in range.iter() {
-            self.insert(s);
-        }
+        self.apply_range(range, |w, mask| *w |= mask);
     }
 
     /// Removes every slot of `range`.
     pub fn remove_range(&mut self, range: SlotRange) {
-        for s in range.iter() {
-            self.remove(s);
+        self.apply_range(range, |w, mask| *w &= !mask);
+    }
+
+    fn apply_range(&mut self, range: SlotRange, f: impl Fn(&mut u64, u64)) {
+        let end = range.end.min(SLOT_COUNT - 1);
+        let mut s = range.start;
+        while s <= end {
+            let word = usize::from(s / 64);
+            let lo = s % 64;
+            let hi = if usize::from(end / 64) == word {
+                end % 64
+            } else {
+                63
+            };
+            let width = hi - lo + 1;
+            let mask = if width == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << width) - 1) << lo
+            };
+            f(&mut self.bits[word], mask);
+            s = (word as u16 + 1) * 64;
         }
+    }
+
+    /// The lowest `n` slots of the set (all of them when it holds fewer).
+    pub fn lowest(&self, n: usize) -> SlotSet {
+        let mut out = SlotSet::new();
+        let mut left = n;
+        for r in self.ranges() {
+            if left == 0 {
+                break;
+            }
+            let take = r.len().min(left);
+            out.insert_range(SlotRange {
+                start: r.start,
+                end: r.start + (take - 1) as Slot,
+            });
+            left -= take;
+        }
+        out
+    }
+
+    /// The highest `n` slots of the set (all of them when it holds fewer).
+    pub fn highest(&self, n: usize) -> SlotSet {
+        let skip = self.len().saturating_sub(n);
+        self.difference(&self.lowest(skip))
     }
 
     /// Number of slots in the set.
@@ -194,7 +236,17 @@ impl SlotSet {
 
     /// The slots in ascending order.
     pub fn iter(&self) -> impl Iterator<Item = Slot> + '_ {
-        (0..SLOT_COUNT).filter(|s| self.contains(*s))
+        self.bits.iter().enumerate().flat_map(|(i, w)| {
+            let mut w = *w;
+            std::iter::from_fn(move || {
+                if w == 0 {
+                    return None;
+                }
+                let bit = w.trailing_zeros();
+                w &= w - 1;
+                Some((i * 64) as Slot + bit as Slot)
+            })
+        })
     }
 
     /// The maximal contiguous ranges of the set, in ascending order.
@@ -265,8 +317,17 @@ impl Iterator for SlotRanges<'_> {
         }
         let start = s;
         let mut e = s;
-        while e + 1 < max && self.set.contains((e + 1) as Slot) {
-            e += 1;
+        while e + 1 < max {
+            let next = e + 1;
+            let word = self.set.bits[(next / 64) as usize];
+            if next % 64 == 0 && word == u64::MAX {
+                e += 64;
+                continue;
+            }
+            if !self.set.contains(next as Slot) {
+                break;
+            }
+            e = next;
         }
         self.next = e + 1;
         Some(SlotRange {
@@ -382,6 +443,20 @@ mod tests {
     }
 
     #[test]
+    fn lowest_and_highest() {
+        let s = SlotSet::parse("0-9 20-29").unwrap();
+        assert_eq!(s.lowest(12).to_string(), "0-9 20-21");
+        assert_eq!(s.highest(12).to_string(), "8-9 20-29");
+        assert_eq!(s.lowest(0), SlotSet::new());
+        assert_eq!(s.highest(100), s);
+        let mut r = SlotSet::new();
+        r.insert_range(SlotRange::new(60, 200).unwrap());
+        assert_eq!(r.len(), 141);
+        r.remove_range(SlotRange::new(64, 191).unwrap());
+        assert_eq!(r.to_string(), "60-63 192-200");
+    }
+
+    #[test]
     fn set_algebra() {
         let a = SlotSet::parse("0-9").unwrap();
         let b = SlotSet::parse("5-14").unwrap();
@@ -413,7 +488,13 @@ mod tests {
                 prop_assert!(w[0].end + 1 < w[1].start);
             }
             prop_assert_eq!(SlotSet::parse(&set.to_string()).unwrap(), set.clone());
-            prop_assert_eq!(set.iter().collect::<Vec<_>>(), slots.into_iter().collect::<Vec<_>>());
+            prop_assert_eq!(set.iter().collect::<Vec<_>>(), slots.iter().copied().collect::<Vec<_>>());
+            for n in [0, 1, slots.len() / 2, slots.len()] {
+                let lo: Vec<Slot> = set.lowest(n).iter().collect();
+                prop_assert_eq!(&lo[..], &set.iter().take(n).collect::<Vec<_>>()[..]);
+                prop_assert_eq!(set.highest(n).len(), n);
+                prop_assert!(set.highest(n).is_disjoint(&set.lowest(slots.len() - n)));
+            }
         }
     }
 }

@@ -1,0 +1,471 @@
+//! Rebalancing slots to a target set of shards with the fewest slot moves.
+//!
+//! Every target shard gets a quota of `16384 / n` or one more; the `16384 % n` larger quotas
+//! go to the shards that already own the most slots (ties by key), which minimises the number
+//! of slots that change owner. A shard then either keeps all its slots and receives the missing
+//! ones, or keeps its quota and gives the rest away — never both — so every slot moves at most
+//! once, directly from its current owner to its final owner (a drained shard's quota is 0).
+//! A source gives the highest slots it owns, so the slots it keeps stay contiguous.
+//!
+//! The moves are cut into batches: a batch holds at most `max_slots_per_batch` slots and at
+//! most one move per source shard and per target shard, so the moves of a batch are
+//! independent and can run in parallel.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::error::PlanError;
+use crate::slots::{SLOT_COUNT, SlotRange, SlotSet};
+
+/// Slots to move from one shard to another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotMove<K> {
+    /// Shard currently owning the slots.
+    pub source: K,
+    /// Shard that will own them.
+    pub target: K,
+    /// The slots.
+    pub slots: SlotSet,
+}
+
+impl<K> SlotMove<K> {
+    /// The slots as maximal ranges (for `CLUSTER MIGRATESLOTS SLOTSRANGE`).
+    pub fn ranges(&self) -> Vec<SlotRange> {
+        self.slots.ranges().collect()
+    }
+}
+
+/// Result of [`plan_rebalance`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebalancePlan<K> {
+    /// Final number of slots of every target shard.
+    pub quotas: BTreeMap<K, usize>,
+    /// Whole moves, one per (source, target) pair.
+    pub moves: Vec<SlotMove<K>>,
+    /// The same slots cut into batches of independent moves, to run in order.
+    pub batches: Vec<Vec<SlotMove<K>>>,
+}
+
+impl<K> RebalancePlan<K> {
+    /// Whether nothing has to move.
+    pub fn is_empty(&self) -> bool {
+        self.moves.is_empty()
+    }
+
+    /// Total number of slots that change owner.
+    pub fn moved_slots(&self) -> usize {
+        self.moves.iter().map(|m| m.slots.len()).sum()
+    }
+}
+
+/// Checks that `current` is a partition of all 16384 slots.
+pub fn check_partition<'a, K: 'a>(
+    current: impl IntoIterator<Item = (&'a K, &'a SlotSet)>,
+) -> Result<(), PlanError> {
+    let mut seen = SlotSet::new();
+    for (_, set) in current {
+        if let Some(slot) = seen.intersection(set).iter().next() {
+            return Err(PlanError::OverlappingOwnership(slot));
+        }
+        seen = seen.union(set);
+    }
+    if !seen.is_full() {
+        return Err(PlanError::UnassignedSlots(
+            usize::from(SLOT_COUNT) - seen.len(),
+        ));
+    }
+    Ok(())
+}
+
+/// Quotas for `targets` that minimise the slots to move from `current`.
+pub fn quotas<K: Ord + Clone>(
+    current: &BTreeMap<K, SlotSet>,
+    targets: &BTreeSet<K>,
+) -> Result<BTreeMap<K, usize>, PlanError> {
+    let n = targets.len();
+    let total = usize::from(SLOT_COUNT);
+    if n == 0 {
+        return Err(PlanError::NoShards);
+    }
+    if n > total {
+        return Err(PlanError::TooManyShards(n));
+    }
+    let (q, r) = (total / n, total % n);
+    let count = |k: &K| current.get(k).map_or(0, SlotSet::len);
+    let mut order: Vec<&K> = targets.iter().collect();
+    order.sort_by(|a, b| count(b).cmp(&count(a)).then_with(|| a.cmp(b)));
+    Ok(order
+        .into_iter()
+        .enumerate()
+        .map(|(i, k)| (k.clone(), if i < r { q + 1 } else { q }))
+        .collect())
+}
+
+/// The fewest slots that must change owner to balance `current` over `targets`.
+pub fn minimum_moves<K: Ord + Clone>(
+    current: &BTreeMap<K, SlotSet>,
+    targets: &BTreeSet<K>,
+) -> Result<usize, PlanError> {
+    let quotas = quotas(current, targets)?;
+    Ok(quotas
+        .iter()
+        .map(|(k, q)| q.saturating_sub(current.get(k).map_or(0, SlotSet::len)))
+        .sum())
+}
+
+/// Plans the moves that balance the slots of `current` (a partition of all slots by shard key)
+/// over the shards `targets` (±1), with the fewest moved slots; see the module docs.
+pub fn plan_rebalance<K: Ord + Clone>(
+    current: &BTreeMap<K, SlotSet>,
+    targets: &BTreeSet<K>,
+    max_slots_per_batch: usize,
+) -> Result<RebalancePlan<K>, PlanError> {
+    if max_slots_per_batch == 0 {
+        return Err(PlanError::ZeroBatchSize);
+    }
+    check_partition(current)?;
+    let quotas = quotas(current, targets)?;
+    let quota = |k: &K| quotas.get(k).copied().unwrap_or(0);
+
+    // What each source gives away (its highest slots) and what each target still needs.
+    let gives: Vec<(K, SlotSet)> = current
+        .iter()
+        .filter(|(k, set)| set.len() > quota(k))
+        .map(|(k, set)| (k.clone(), set.highest(set.len() - quota(k))))
+        .collect();
+    let mut needs: Vec<(K, usize)> = quotas
+        .iter()
+        .map(|(k, q)| {
+            (
+                k.clone(),
+                q.saturating_sub(current.get(k).map_or(0, SlotSet::len)),
+            )
+        })
+        .filter(|(_, need)| *need > 0)
+        .collect();
+
+    let mut moves = Vec::new();
+    let mut next_target = 0;
+    for (source, mut give) in gives {
+        while !give.is_empty() && next_target < needs.len() {
+            let (target, need) = &mut needs[next_target];
+            let chunk = give.lowest(*need);
+            *need -= chunk.len();
+            give = give.difference(&chunk);
+            moves.push(SlotMove {
+                source: source.clone(),
+                target: target.clone(),
+                slots: chunk,
+            });
+            if *need == 0 {
+                next_target += 1;
+            }
+        }
+    }
+
+    let batches = batch_moves(&moves, max_slots_per_batch);
+    Ok(RebalancePlan {
+        quotas,
+        moves,
+        batches,
+    })
+}
+
+/// Cuts `moves` into batches of at most `max_slots` slots with at most one move per source and
+/// per target each, keeping the order of `moves`.
+pub fn batch_moves<K: Ord + Clone>(
+    moves: &[SlotMove<K>],
+    max_slots: usize,
+) -> Vec<Vec<SlotMove<K>>> {
+    let max_slots = max_slots.max(1);
+    let mut pending: Vec<SlotMove<K>> = moves
+        .iter()
+        .filter(|m| !m.slots.is_empty())
+        .cloned()
+        .collect();
+    let mut batches = Vec::new();
+    while !pending.is_empty() {
+        let mut batch = Vec::new();
+        let mut sources = BTreeSet::new();
+        let mut targets = BTreeSet::new();
+        let mut budget = max_slots;
+        for m in pending.iter_mut() {
+            if budget == 0 {
+                break;
+            }
+            if sources.contains(&m.source) || targets.contains(&m.target) {
+                continue;
+            }
+            let chunk = m.slots.lowest(budget);
+            budget -= chunk.len();
+            m.slots = m.slots.difference(&chunk);
+            sources.insert(m.source.clone());
+            targets.insert(m.target.clone());
+            batch.push(SlotMove {
+                source: m.source.clone(),
+                target: m.target.clone(),
+                slots: chunk,
+            });
+        }
+        pending.retain(|m| !m.slots.is_empty());
+        batches.push(batch);
+    }
+    batches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::initial::initial_assignment;
+    use proptest::prelude::*;
+
+    fn from_ranges(ranges: &[SlotRange]) -> BTreeMap<u8, SlotSet> {
+        ranges
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (i as u8, SlotSet::from_ranges([r])))
+            .collect()
+    }
+
+    /// Applies one batch, checking each source owns what it gives.
+    fn apply(owner: &mut BTreeMap<u8, SlotSet>, batch: &[SlotMove<u8>]) {
+        for m in batch {
+            let src = owner.entry(m.source).or_default();
+            assert_eq!(
+                src.intersection(&m.slots),
+                m.slots,
+                "source does not own the slots"
+            );
+            *src = src.difference(&m.slots);
+            let tgt = owner.entry(m.target).or_default();
+            *tgt = tgt.union(&m.slots);
+        }
+    }
+
+    fn targets(keys: &[u8]) -> BTreeSet<u8> {
+        keys.iter().copied().collect()
+    }
+
+    #[test]
+    fn scale_out_3_to_4() {
+        let cur = from_ranges(&initial_assignment(3).unwrap());
+        let plan = plan_rebalance(&cur, &targets(&[0, 1, 2, 3]), 16384).unwrap();
+        assert_eq!(plan.moved_slots(), 4096);
+        assert!(plan.quotas.values().all(|q| *q == 4096));
+        // Each old shard gives its highest slots to the new shard 3, so it keeps one range.
+        let ranges: Vec<(u8, u8, String)> = plan
+            .moves
+            .iter()
+            .map(|m| (m.source, m.target, m.slots.to_string()))
+            .collect();
+        assert_eq!(
+            ranges,
+            vec![
+                (0, 3, "4096-5460".to_owned()),
+                (1, 3, "9557-10922".to_owned()),
+                (2, 3, "15019-16383".to_owned())
+            ]
+        );
+        // One target: the three moves cannot run together.
+        assert_eq!(plan.batches.len(), 3);
+        let mut owner = cur.clone();
+        for b in &plan.batches {
+            apply(&mut owner, b);
+        }
+        assert_eq!(owner[&0].to_string(), "0-4095");
+        assert_eq!(owner[&3].len(), 4096);
+    }
+
+    #[test]
+    fn scale_in_4_to_3_sends_drained_slots_straight_to_final_owners() {
+        let cur = from_ranges(&initial_assignment(4).unwrap());
+        let plan = plan_rebalance(&cur, &targets(&[0, 1, 2]), 100_000).unwrap();
+        assert_eq!(plan.moved_slots(), 4096);
+        assert!(plan.moves.iter().all(|m| m.source == 3));
+        assert_eq!(
+            plan.quotas,
+            BTreeMap::from([(0, 5462), (1, 5461), (2, 5461)])
+        );
+        let mut owner = cur.clone();
+        for b in &plan.batches {
+            apply(&mut owner, b);
+        }
+        assert!(owner[&3].is_empty());
+    }
+
+    #[test]
+    fn balanced_cluster_needs_nothing() {
+        let cur = from_ranges(&initial_assignment(5).unwrap());
+        let plan = plan_rebalance(&cur, &targets(&[0, 1, 2, 3, 4]), 10).unwrap();
+        assert!(plan.is_empty());
+        assert!(plan.batches.is_empty());
+    }
+
+    #[test]
+    fn batches_are_bounded_and_independent() {
+        let cur = from_ranges(&initial_assignment(2).unwrap());
+        let plan = plan_rebalance(&cur, &targets(&[0, 1, 2, 3, 4, 5]), 1000).unwrap();
+        for b in &plan.batches {
+            assert!(b.iter().map(|m| m.slots.len()).sum::<usize>() <= 1000);
+        }
+        // Two sources, four new targets: some batch runs two moves in parallel.
+        assert!(plan.batches.iter().any(|b| b.len() == 2));
+    }
+
+    #[test]
+    fn rejects_bad_inputs() {
+        let cur = from_ranges(&initial_assignment(2).unwrap());
+        assert_eq!(
+            plan_rebalance(&cur, &targets(&[]), 10),
+            Err(PlanError::NoShards)
+        );
+        assert_eq!(
+            plan_rebalance(&cur, &targets(&[0]), 0),
+            Err(PlanError::ZeroBatchSize)
+        );
+        let mut overlap = cur.clone();
+        overlap.get_mut(&1).unwrap().insert(0);
+        assert_eq!(
+            plan_rebalance(&overlap, &targets(&[0]), 10),
+            Err(PlanError::OverlappingOwnership(0))
+        );
+        let mut missing = cur.clone();
+        missing.get_mut(&1).unwrap().remove(16383);
+        assert_eq!(
+            plan_rebalance(&missing, &targets(&[0]), 10),
+            Err(PlanError::UnassignedSlots(1))
+        );
+    }
+
+    /// Brute force over every choice of which targets get the larger quota.
+    fn brute_force_minimum(cur: &BTreeMap<u8, SlotSet>, tgt: &BTreeSet<u8>) -> usize {
+        let n = tgt.len();
+        let (q, r) = (16384 / n, 16384 % n);
+        let keys: Vec<u8> = tgt.iter().copied().collect();
+        let mut best = usize::MAX;
+        for mask in 0u32..(1 << n) {
+            if mask.count_ones() as usize != r {
+                continue;
+            }
+            let moved: usize = keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| {
+                    let quota = if mask & (1 << i) != 0 { q + 1 } else { q };
+                    quota.saturating_sub(cur.get(k).map_or(0, SlotSet::len))
+                })
+                .sum();
+            best = best.min(moved);
+        }
+        best
+    }
+
+    /// A random partition of all slots over shards `0..shards` (some possibly empty).
+    fn ownership() -> impl Strategy<Value = BTreeMap<u8, SlotSet>> {
+        (
+            1u8..8,
+            proptest::collection::vec((1u16..16384, 0u8..8), 0..40),
+        )
+            .prop_map(|(shards, cuts)| {
+                let mut points: Vec<(u16, u8)> =
+                    cuts.into_iter().map(|(c, o)| (c, o % shards)).collect();
+                points.sort();
+                let mut owner: BTreeMap<u8, SlotSet> =
+                    (0..shards).map(|k| (k, SlotSet::new())).collect();
+                let mut start = 0u16;
+                let mut who = 0u8;
+                for (cut, next) in points {
+                    if cut > start {
+                        owner
+                            .get_mut(&who)
+                            .unwrap()
+                            .insert_range(SlotRange::new(start, cut - 1).unwrap());
+                        start = cut;
+                    }
+                    who = next;
+                }
+                owner
+                    .get_mut(&who)
+                    .unwrap()
+                    .insert_range(SlotRange::new(start, 16383).unwrap());
+                owner
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn rebalance_properties(
+            cur in ownership(),
+            keep in proptest::collection::vec(any::<bool>(), 8),
+            new_shards in 0u8..4,
+            max_batch in prop_oneof![1usize..50, 50usize..5000, Just(16384usize)],
+        ) {
+            let mut tgt: BTreeSet<u8> = cur.keys().copied().filter(|k| keep[usize::from(*k)]).collect();
+            tgt.extend((0..new_shards).map(|i| 100 + i));
+            prop_assume!(!tgt.is_empty());
+            let plan = plan_rebalance(&cur, &tgt, max_batch).unwrap();
+
+            // fewest moves: equals the brute-force optimum over quota choices
+            prop_assert_eq!(plan.moved_slots(), brute_force_minimum(&cur, &tgt));
+            prop_assert_eq!(plan.moved_slots(), minimum_moves(&cur, &tgt).unwrap());
+
+            // batches hold exactly the moves' slots; each slot moves at most once
+            let mut moved = SlotSet::new();
+            let mut batched = 0;
+            let mut owner = cur.clone();
+            for b in &plan.batches {
+                prop_assert!(!b.is_empty());
+                prop_assert!(b.iter().map(|m| m.slots.len()).sum::<usize>() <= max_batch);
+                let srcs: BTreeSet<u8> = b.iter().map(|m| m.source).collect();
+                let tgts: BTreeSet<u8> = b.iter().map(|m| m.target).collect();
+                prop_assert_eq!(srcs.len(), b.len());
+                prop_assert_eq!(tgts.len(), b.len());
+                for m in b {
+                    prop_assert!(moved.is_disjoint(&m.slots), "slot moved twice");
+                    moved = moved.union(&m.slots);
+                    batched += m.slots.len();
+                    // directly to the final owner: the target is a target shard and never a source
+                    prop_assert!(tgt.contains(&m.target));
+                    prop_assert!(!b.iter().any(|o| o.source == m.target));
+                }
+                apply(&mut owner, b);
+                // every slot owned exactly once after every batch
+                prop_assert_eq!(check_partition(&owner), Ok(()));
+            }
+            prop_assert_eq!(batched, plan.moved_slots());
+
+            // final distribution balanced ±1 over the targets, nothing left on drained shards
+            let counts: Vec<usize> = tgt.iter().map(|k| owner.get(k).map_or(0, SlotSet::len)).collect();
+            let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+            prop_assert!(max - min <= 1);
+            for (k, set) in &owner {
+                if !tgt.contains(k) {
+                    prop_assert!(set.is_empty());
+                }
+                if let Some(q) = plan.quotas.get(k) {
+                    prop_assert_eq!(set.len(), *q);
+                }
+            }
+
+            // re-planning from the final state moves nothing
+            let again = plan_rebalance(&owner, &tgt, max_batch).unwrap();
+            prop_assert!(again.is_empty());
+        }
+
+        #[test]
+        fn replanning_midway_moves_only_what_is_left(cur in ownership(), extra in 1u8..3, cut in 0usize..8) {
+            let mut tgt: BTreeSet<u8> = cur.keys().copied().collect();
+            tgt.extend((0..extra).map(|i| 100 + i));
+            let plan = plan_rebalance(&cur, &tgt, 500).unwrap();
+            let mut owner = cur.clone();
+            let done = cut.min(plan.batches.len());
+            let mut moved = 0;
+            for b in &plan.batches[..done] {
+                apply(&mut owner, b);
+                moved += b.iter().map(|m| m.slots.len()).sum::<usize>();
+            }
+            let rest = plan_rebalance(&owner, &tgt, 500).unwrap();
+            prop_assert_eq!(rest.moved_slots() + moved, plan.moved_slots());
+        }
+    }
+}
