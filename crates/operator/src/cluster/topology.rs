@@ -418,7 +418,8 @@ mod tests {
                 let mut text = String::new();
                 for y in nodes {
                     let me = y.n == x.n;
-                    if !me && !(known.contains(&y.n) && known.contains(&x.n)) {
+                    let linked = known.contains(&y.n) && known.contains(&x.n);
+                    if !me && !linked {
                         continue;
                     }
                     let role = if y.primary_of.is_some() {

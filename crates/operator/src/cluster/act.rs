@@ -1,0 +1,196 @@
+//! Executes one topology step with the idempotent Valkey commands, reporting what happened as
+//! events and as the Progressing/Degraded facts of the pass.
+
+use tracing::{info, warn};
+use valkey_ops::client::NodePool;
+use valkey_ops::commands::{self, CommandError};
+
+use super::topology::Step;
+use crate::status::{EventSpec, reason};
+
+/// Outcome of a step.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Events to publish.
+    pub events: Vec<EventSpec>,
+    /// Progressing reason and message while the step's effect is pending.
+    pub progress: Option<(&'static str, String)>,
+    /// Degraded reason and message when the step failed.
+    pub failure: Option<(&'static str, String)>,
+    /// Whether any command changed the cluster.
+    pub acted: bool,
+}
+
+fn host_port(addr: &str) -> (String, u16) {
+    match addr.rsplit_once(':') {
+        Some((h, p)) => (
+            h.trim_matches(['[', ']']).to_owned(),
+            p.parse().unwrap_or(0),
+        ),
+        None => (addr.to_owned(), 0),
+    }
+}
+
+fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 { one } else { many }
+}
+
+/// Runs `step` against the cluster.
+pub async fn execute(pool: &NodePool, step: &Step) -> Outcome {
+    let mut out = Outcome::default();
+    match step {
+        Step::Meet { seed, nodes } => {
+            let mut met = 0;
+            for n in nodes {
+                match commands::meet(pool, seed, n).await {
+                    Ok(true) => met += 1,
+                    Ok(false) => {}
+                    Err(e) => {
+                        warn!(seed, node = %n, error = %e, "cluster meet failed");
+                        out.events.push(EventSpec::warning(
+                            "ClusterMeetFailed",
+                            "ClusterMeet",
+                            format!("meeting {n} through {seed}: {e}"),
+                        ));
+                        out.failure = Some((reason::NODE_ADD_FAILED, format!("meet {n}: {e}")));
+                    }
+                }
+            }
+            if met > 0 {
+                out.acted = true;
+                out.events.push(EventSpec::normal(
+                    "ClusterMeetBatch",
+                    "ClusterMeet",
+                    format!("introduced {met} nodes to the cluster through {seed}"),
+                ));
+            }
+            out.progress = Some((
+                reason::ADDING_NODES,
+                format!("joining {} nodes to the cluster", nodes.len()),
+            ));
+        }
+        Step::ReMeet { seed, nodes } => {
+            let mut healed = 0;
+            for n in nodes {
+                let (ip, port) = host_port(n);
+                let mut cmd = redis::cmd("CLUSTER");
+                cmd.arg("MEET").arg(&ip).arg(port);
+                match pool.query::<redis::Value>(seed, &cmd).await {
+                    Ok(_) => healed += 1,
+                    Err(e) => warn!(seed, node = %n, error = %e, "re-meet failed"),
+                }
+            }
+            if healed > 0 {
+                out.acted = true;
+                out.events.push(EventSpec::normal(
+                    "StaleAddressesHealed",
+                    "ClusterMeet",
+                    format!("re-introduced {healed} nodes at their new addresses"),
+                ));
+            }
+            out.progress = Some((reason::RECONCILING, "healing stale node addresses".into()));
+        }
+        Step::AssignSlots { assignments } => {
+            let mut done = Vec::new();
+            for (addr, shard, ranges) in assignments {
+                match commands::add_slots_range(pool, addr, ranges).await {
+                    Ok(n) if n > 0 => done.push(format!("shard {shard}: {n} slots")),
+                    Ok(_) => {}
+                    Err(e) => {
+                        warn!(addr, shard, error = %e, "slot assignment failed");
+                        out.events.push(EventSpec::warning(
+                            "SlotAssignmentFailed",
+                            "AssignSlots",
+                            format!("shard {shard} at {addr}: {e}"),
+                        ));
+                        out.failure = Some((
+                            reason::NODE_ADD_FAILED,
+                            format!("assigning slots to shard {shard}: {e}"),
+                        ));
+                    }
+                }
+            }
+            if !done.is_empty() {
+                out.acted = true;
+                let r = plural(done.len(), "PrimaryCreated", "PrimariesCreated");
+                out.events.push(EventSpec::normal(
+                    r,
+                    "AssignSlots",
+                    format!("assigned slots: {}", done.join(", ")),
+                ));
+            }
+            out.progress = Some((reason::ADDING_NODES, "assigning slots to primaries".into()));
+        }
+        Step::Replicate { attachments } => {
+            let mut attached = Vec::new();
+            let mut waiting = 0;
+            for (addr, primary, shard) in attachments {
+                match commands::replicate(pool, addr, primary).await {
+                    Ok(true) => attached.push(format!("{addr} → shard {shard}")),
+                    Ok(false) => {}
+                    Err(CommandError::NotReady(m)) => {
+                        waiting += 1;
+                        info!(addr, shard, "replica waits: {m}");
+                    }
+                    Err(e) => {
+                        warn!(addr, shard, error = %e, "replicate failed");
+                        out.events.push(EventSpec::warning(
+                            "ReplicaCreationFailed",
+                            "Replicate",
+                            format!("{addr} as replica in shard {shard}: {e}"),
+                        ));
+                        out.failure = Some((
+                            reason::NODE_ADD_FAILED,
+                            format!("attaching a replica to shard {shard}: {e}"),
+                        ));
+                    }
+                }
+            }
+            if !attached.is_empty() {
+                out.acted = true;
+                let r = plural(attached.len(), "ReplicaCreated", "ReplicasAttached");
+                out.events.push(EventSpec::normal(
+                    r,
+                    "Replicate",
+                    format!("attached replicas: {}", attached.join(", ")),
+                ));
+            }
+            out.progress = Some((
+                reason::ADDING_NODES,
+                format!(
+                    "attaching {} replicas ({waiting} waiting for gossip)",
+                    attachments.len()
+                ),
+            ));
+        }
+        Step::Forget { node_id, addrs } => {
+            match commands::forget_everywhere(pool, addrs, node_id).await {
+                Ok(n) if n > 0 => {
+                    out.acted = true;
+                    out.events.push(EventSpec::normal(
+                        "StaleNodeForgotten",
+                        "Forget",
+                        format!("forgot failed node {node_id} on {n} nodes"),
+                    ));
+                }
+                Ok(_) => {}
+                Err(CommandError::Refused(m)) | Err(CommandError::NotReady(m)) => {
+                    info!(node = %node_id, "not forgetting yet: {m}");
+                }
+                Err(e) => {
+                    warn!(node = %node_id, error = %e, "forget failed");
+                    out.events.push(EventSpec::warning(
+                        "NodeForgetFailed",
+                        "Forget",
+                        format!("forgetting {node_id}: {e}"),
+                    ));
+                }
+            }
+            out.progress = Some((
+                reason::RECONCILING,
+                format!("forgetting failed node {node_id}"),
+            ));
+        }
+    }
+    out
+}

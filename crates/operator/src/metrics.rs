@@ -1,0 +1,195 @@
+//! Prometheus metrics of the operator: reconcile counts, errors and durations per controller,
+//! and the state of every ValkeyCluster.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use valkey_api::status::ClusterState;
+
+/// Label set naming a controller.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    /// `valkeycluster` or `valkeynode`.
+    pub controller: String,
+}
+
+/// Label set of a cluster state gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    /// Namespace of the ValkeyCluster.
+    pub namespace: String,
+    /// Name of the ValkeyCluster.
+    pub name: String,
+    /// One of the states; the gauge is 1 for the current state and 0 for the others.
+    pub state: String,
+}
+
+/// Label set of a topology step counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabels {
+    /// Step kind (`Meet`, `AssignSlots`, ...).
+    pub kind: String,
+}
+
+const STATES: [ClusterState; 5] = [
+    ClusterState::Initializing,
+    ClusterState::Reconciling,
+    ClusterState::Ready,
+    ClusterState::Degraded,
+    ClusterState::Failed,
+];
+
+/// All operator metrics, registered in one registry.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    reconciles: Family<ControllerLabels, Counter>,
+    errors: Family<ControllerLabels, Counter>,
+    durations: Family<ControllerLabels, Histogram>,
+    cluster_state: Family<ClusterLabels, Gauge>,
+    steps: Family<StepLabels, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn controller(c: &str) -> ControllerLabels {
+    ControllerLabels {
+        controller: c.to_owned(),
+    }
+}
+
+impl Metrics {
+    /// Creates and registers the metrics.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("valkey_operator");
+        let reconciles = Family::<ControllerLabels, Counter>::default();
+        let errors = Family::<ControllerLabels, Counter>::default();
+        let durations = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.005, 2.0, 14))
+        });
+        let cluster_state = Family::<ClusterLabels, Gauge>::default();
+        let steps = Family::<StepLabels, Counter>::default();
+        registry.register("reconciles", "Reconcile passes", reconciles.clone());
+        registry.register(
+            "reconcile_errors",
+            "Failed reconcile passes",
+            errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of reconcile passes",
+            durations.clone(),
+        );
+        registry.register(
+            "cluster_state",
+            "State of each ValkeyCluster (1 for the current state)",
+            cluster_state.clone(),
+        );
+        registry.register(
+            "topology_steps",
+            "Topology steps executed by the ValkeyCluster controller",
+            steps.clone(),
+        );
+        Self {
+            registry: Mutex::new(registry),
+            reconciles,
+            errors,
+            durations,
+            cluster_state,
+            steps,
+        }
+    }
+
+    /// Records one reconcile pass of `controller_name`.
+    pub fn reconciled(&self, controller_name: &str, took: Duration, failed: bool) {
+        let l = controller(controller_name);
+        self.reconciles.get_or_create(&l).inc();
+        if failed {
+            self.errors.get_or_create(&l).inc();
+        }
+        self.durations.get_or_create(&l).observe(took.as_secs_f64());
+    }
+
+    /// Records an executed topology step.
+    pub fn step(&self, kind: &str) {
+        self.steps
+            .get_or_create(&StepLabels {
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Sets the state gauges of one cluster.
+    pub fn set_cluster_state(&self, namespace: &str, name: &str, state: ClusterState) {
+        for s in STATES {
+            let v = i64::from(s == state);
+            self.cluster_state
+                .get_or_create(&ClusterLabels {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    state: format!("{s:?}"),
+                })
+                .set(v);
+        }
+    }
+
+    /// Removes the state gauges of a deleted cluster.
+    pub fn forget_cluster(&self, namespace: &str, name: &str) {
+        for s in STATES {
+            self.cluster_state.remove(&ClusterLabels {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                state: format!("{s:?}"),
+            });
+        }
+    }
+
+    /// The metrics in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_counts_and_states() {
+        let m = Metrics::new();
+        m.reconciled("valkeycluster", Duration::from_millis(20), false);
+        m.reconciled("valkeycluster", Duration::from_millis(20), true);
+        m.set_cluster_state("ns", "c", ClusterState::Ready);
+        let text = m.encode();
+        assert!(text.contains("valkey_operator_reconciles_total{controller=\"valkeycluster\"} 2"));
+        assert!(
+            text.contains("valkey_operator_reconcile_errors_total{controller=\"valkeycluster\"} 1")
+        );
+        assert!(text.contains(
+            "valkey_operator_cluster_state{namespace=\"ns\",name=\"c\",state=\"Ready\"} 1"
+        ));
+        assert!(text.contains("state=\"Failed\"} 0"));
+        m.forget_cluster("ns", "c");
+        assert!(!m.encode().contains("name=\"c\""));
+    }
+}
