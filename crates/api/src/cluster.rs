@@ -37,6 +37,8 @@ pub const PERSISTENCE_ADD_REMOVE_MESSAGE: &str = "spec.persistence cannot be add
 
 /// A Valkey cluster (cluster mode): `shards` primaries, each with `replicas` replicas, with
 /// slot allocation, failovers, rolling updates and ACLs managed by the operator.
+// kube printcolumn attributes repeat `type_ = ...`, which this lint misreads.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "valkey.io",

@@ -18,6 +18,8 @@ use crate::persistence::PersistenceSpec;
 /// controller (one per shard × node position) and turned into a single-replica StatefulSet or
 /// Deployment by the ValkeyNode controller. Do not create or edit ValkeyNodes by hand; configure
 /// the owning ValkeyCluster instead.
+// kube printcolumn attributes repeat `type_ = ...`, which this lint misreads.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "valkey.io",
