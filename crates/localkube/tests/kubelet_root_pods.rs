@@ -1,0 +1,461 @@
+//! End-to-end tests of localkube's kubelet against the real control plane:
+//! pod content (ConfigMap, Secret, downward API, env, `$(VAR)`), readiness
+//! and create-to-Ready latency, crash restarts, graceful deletion, unknown
+//! images, PVC data surviving pod re-creation, and a clean teardown.
+//! Needs root (network and mount namespaces); CI runs as root.
+
+use std::future::Future;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+macro_rules! require_root {
+    () => {
+        if !is_root() {
+            eprintln!("skipped: needs root for network/mount namespaces and bridges");
+            return;
+        }
+    };
+}
+
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn create_ns(client: &Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    // The service account controller creates "default" asynchronously.
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), name);
+    wait_for(
+        "default service account",
+        Duration::from_secs(30),
+        || async { sas.get_opt("default").await.ok().flatten() },
+    )
+    .await;
+}
+
+fn ping(ip: &str, port: u16) -> bool {
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(
+        &format!("{ip}:{port}").parse().unwrap(),
+        Duration::from_secs(1),
+    ) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+/// The log of a container instance (the kubelet's `/var/log/pods` equivalent).
+fn log_of(dir: &Path, pod: &Pod, container: &str, instance: u32) -> String {
+    let path: PathBuf = dir
+        .join("kubelet/pods")
+        .join(pod.uid().unwrap())
+        .join("logs")
+        .join(container)
+        .join(format!("{instance}.log"));
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn valkey_pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "containers": [{
+                "name": "valkey",
+                "image": "valkey/valkey:9.0.0",
+                "args": ["--port", "6379", "--save", "", "--appendonly", "no", "--protected-mode", "no"],
+                "readinessProbe": {"exec": {"command": ["valkey-cli", "ping"]}, "periodSeconds": 1},
+            }],
+            "terminationGracePeriodSeconds": 5,
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kubelet_root_pod_lifecycle() {
+    require_root!();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("localkube=info")
+        .try_init();
+    let env = localkube::Env::start(localkube::Options::default())
+        .await
+        .unwrap();
+    let client = env.client();
+    let dir = env.dir().to_path_buf();
+    let ns = "kl";
+    create_ns(&client, ns).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+
+    // --- Readiness, latency, PING from the host.
+    let t0 = Instant::now();
+    pods.create(&PostParams::default(), &valkey_pod("v1"))
+        .await
+        .unwrap();
+    let v1 = wait_for("v1 Ready", Duration::from_secs(60), || async {
+        pods.get("v1").await.ok().filter(pod_ready)
+    })
+    .await;
+    let latency = t0.elapsed();
+    eprintln!(
+        "MEASURE pod create-to-Ready latency: {} ms",
+        latency.as_millis()
+    );
+    let st = v1.status.clone().unwrap();
+    let ip = st.pod_ip.clone().unwrap();
+    assert!(ping(&ip, 6379), "valkey at {ip} answers PING");
+    assert_eq!(st.phase.as_deref(), Some("Running"));
+    assert!(st.host_ip.is_some() && st.start_time.is_some());
+    let cs = &st.container_statuses.unwrap()[0];
+    assert!(cs.ready && cs.started == Some(true) && cs.container_id.is_some());
+    assert_eq!(cs.image, "valkey/valkey:9.0.0");
+
+    // --- A killed process restarts and restartCount increments.
+    env.faults()
+        .unwrap()
+        .kill_container(ns, "v1", "valkey")
+        .unwrap();
+    let v1 = wait_for(
+        "v1 restarted and Ready",
+        Duration::from_secs(60),
+        || async {
+            pods.get("v1").await.ok().filter(|p| {
+                let cs = &p
+                    .status
+                    .as_ref()
+                    .unwrap()
+                    .container_statuses
+                    .as_ref()
+                    .unwrap()[0];
+                cs.restart_count == 1 && pod_ready(p)
+            })
+        },
+    )
+    .await;
+    let cs = &v1.status.unwrap().container_statuses.unwrap()[0];
+    let last = cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(last.exit_code, 137, "SIGKILL shows as 128+9");
+    assert!(ping(&ip, 6379));
+
+    // --- ConfigMap, Secret, downward API in files and env; $(VAR) expansion; refresh.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "cfg"}, "data": {"greeting": "hello", "other": "x"}
+    }))
+    .unwrap();
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "sec"}, "stringData": {"password": "s3cret"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let script = "echo ENV POD=$POD_NAME NS=$MY_NS IP=$MY_IP PW=$PASSWORD GREET=$GREET MEM=$MEM_MI K8S=$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT HOST=$HOSTNAME; \
+        echo ARG $1; \
+        while true; do echo CFG $(cat /etc/cfg/greeting) SEC $(cat /etc/sec/password) LBL $(cat /etc/pod/labels | tr '\\n' ' ') NAME $(cat /etc/pod/name); \
+        test -s /etc/proj/token && echo TOKEN ok; if touch /etc/cfg/x 2>/dev/null; then echo RO broken; else echo RO ok; fi; sleep 1; done";
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "content", "labels": {"app": "content", "tier": "test"}},
+        "spec": {
+            "containers": [{
+                "name": "main",
+                "image": "busybox:1.36",
+                "command": ["sh", "-c", script, "--"],
+                "args": ["$(GREET)-$(POD_NAME)"],
+                "resources": {"limits": {"memory": "64Mi"}},
+                "env": [
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "MY_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                    {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "password"}}},
+                    {"name": "GREET", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}},
+                    {"name": "MEM_MI", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+                ],
+                "volumeMounts": [
+                    {"name": "cfg", "mountPath": "/etc/cfg"},
+                    {"name": "sec", "mountPath": "/etc/sec"},
+                    {"name": "pod", "mountPath": "/etc/pod"},
+                    {"name": "proj", "mountPath": "/etc/proj"},
+                ],
+            }],
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": "cfg"}},
+                {"name": "sec", "secret": {"secretName": "sec", "defaultMode": 0o400}},
+                {"name": "pod", "downwardAPI": {"items": [
+                    {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                    {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+                ]}},
+                {"name": "proj", "projected": {"sources": [
+                    {"serviceAccountToken": {"path": "token", "audience": "test", "expirationSeconds": 3600}},
+                    {"configMap": {"name": "cfg", "items": [{"key": "other", "path": "other"}]}},
+                ]}},
+            ],
+            "terminationGracePeriodSeconds": 1,
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let content = wait_for("content Running", Duration::from_secs(60), || async {
+        pods.get("content").await.ok().filter(pod_ready)
+    })
+    .await;
+    let content_ip = content.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    let log = wait_for("content log", Duration::from_secs(20), || {
+        let log = log_of(&dir, &content, "main", 0);
+        async move { (log.contains("TOKEN ok") && log.contains("RO ")).then_some(log) }
+    })
+    .await;
+    eprintln!("content log:\n{log}");
+    let host = env.gateway().unwrap().to_string();
+    assert!(
+        log.contains(&format!(
+            "ENV POD=content NS=kl IP={content_ip} PW=s3cret GREET=hello MEM=64"
+        )),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("K8S={host}:")) || log.contains("K8S="),
+        "{log}"
+    );
+    assert!(log.contains("HOST=content"), "{log}");
+    assert!(log.contains("ARG hello-content"), "{log}");
+    assert!(
+        log.contains("CFG hello SEC s3cret LBL app=\"content\" tier=\"test\""),
+        "{log}"
+    );
+    assert!(log.contains("NAME content"), "{log}");
+    assert!(log.contains("RO ok"), "{log}");
+    // ConfigMap volumes follow changes.
+    cms.patch(
+        "cfg",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"greeting": "updated"}})),
+    )
+    .await
+    .unwrap();
+    wait_for("refreshed configmap", Duration::from_secs(30), || {
+        let log = log_of(&dir, &content, "main", 0);
+        async move { log.contains("CFG updated").then_some(()) }
+    })
+    .await;
+
+    // --- Graceful deletion: SIGTERM, grace period honoured, then SIGKILL.
+    let stubborn: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "stubborn"},
+        "spec": {
+            "containers": [{
+                "name": "main", "image": "busybox",
+                "command": ["sh", "-c", "trap 'echo GOT TERM' TERM; echo STARTED; while true; do sleep 0.2; done"],
+            }],
+            "terminationGracePeriodSeconds": 3,
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &stubborn)
+        .await
+        .unwrap();
+    let stubborn = wait_for("stubborn Ready", Duration::from_secs(60), || async {
+        pods.get("stubborn").await.ok().filter(pod_ready)
+    })
+    .await;
+    wait_for("stubborn started", Duration::from_secs(10), || {
+        let log = log_of(&dir, &stubborn, "main", 0);
+        async move { log.contains("STARTED").then_some(()) }
+    })
+    .await;
+    let t = Instant::now();
+    pods.delete("stubborn", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("stubborn gone", Duration::from_secs(30), || async {
+        matches!(pods.get_opt("stubborn").await, Ok(None)).then_some(())
+    })
+    .await;
+    let took = t.elapsed();
+    assert!(
+        log_of(&dir, &stubborn, "main", 0).contains("GOT TERM") || took >= Duration::from_secs(3)
+    );
+    assert!(
+        took >= Duration::from_secs(3),
+        "grace period honoured: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "SIGKILL after the grace period: {took:?}"
+    );
+
+    // --- Unknown image: ErrImagePull with a clear message.
+    let bad: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "bad"},
+        "spec": {"containers": [{"name": "c", "image": "example.invalid/nope:1"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &bad).await.unwrap();
+    let waiting = wait_for("bad waiting", Duration::from_secs(30), || async {
+        let p = pods.get("bad").await.ok()?;
+        let cs = p.status?.container_statuses?.into_iter().next()?;
+        let w = cs.state?.waiting?;
+        matches!(
+            w.reason.as_deref(),
+            Some("ErrImagePull" | "ImagePullBackOff")
+        )
+        .then_some(w)
+    })
+    .await;
+    let msg = waiting.message.unwrap_or_default();
+    assert!(
+        msg.contains("example.invalid/nope:1") && msg.contains("image table"),
+        "{msg}"
+    );
+
+    // --- PVC: data survives pod deletion and re-creation.
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    }))
+    .unwrap();
+    pvcs.create(&PostParams::default(), &pvc).await.unwrap();
+    let writer = |name: &str, cmd: &str| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "containers": [{
+                    "name": "main", "image": "busybox",
+                    "command": ["sh", "-c", cmd],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+                "terminationGracePeriodSeconds": 1,
+            }
+        }))
+        .unwrap()
+    };
+    pods.create(
+        &PostParams::default(),
+        &writer("w1", "echo persisted-$(date +%s) > /data/file; sleep 3600"),
+    )
+    .await
+    .unwrap();
+    wait_for("w1 Ready", Duration::from_secs(60), || async {
+        pods.get("w1").await.ok().filter(pod_ready)
+    })
+    .await;
+    let bound = pvcs.get("data").await.unwrap();
+    assert_eq!(bound.status.unwrap().phase.as_deref(), Some("Bound"));
+    pods.delete("w1", &DeleteParams::default()).await.unwrap();
+    wait_for("w1 gone", Duration::from_secs(30), || async {
+        matches!(pods.get_opt("w1").await, Ok(None)).then_some(())
+    })
+    .await;
+    pods.create(
+        &PostParams::default(),
+        &writer("w2", "cat /data/file; sleep 3600"),
+    )
+    .await
+    .unwrap();
+    let w2 = wait_for("w2 Ready", Duration::from_secs(60), || async {
+        pods.get("w2").await.ok().filter(pod_ready)
+    })
+    .await;
+    wait_for("w2 reads the data", Duration::from_secs(10), || {
+        let log = log_of(&dir, &w2, "main", 0);
+        async move { log.contains("persisted-").then_some(()) }
+    })
+    .await;
+
+    // --- PVC expansion: PV and PVC capacity grow.
+    pvcs.patch(
+        "data",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}})),
+    )
+    .await
+    .unwrap();
+    wait_for("pvc expanded", Duration::from_secs(30), || async {
+        let p = pvcs.get("data").await.ok()?;
+        let cap = p.status?.capacity?.get("storage")?.0.clone();
+        (cap == "2Gi").then_some(())
+    })
+    .await;
+
+    // --- Teardown leaves nothing behind.
+    let bridge = std::fs::read_to_string(dir.join("bridge")).unwrap();
+    let pids: Vec<u32> = env
+        .control_plane_pids()
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
+    env.stop().await;
+    assert!(
+        !Path::new("/sys/class/net").join(bridge.trim()).exists(),
+        "bridge removed"
+    );
+    let netns: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        !netns
+            .iter()
+            .any(|n| n.starts_with(&format!("{}-", bridge.trim()))),
+        "no netns left: {netns:?}"
+    );
+    for pid in pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "process {pid} gone"
+        );
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(dir.to_string_lossy().as_ref()),
+        "no mounts left under {}",
+        dir.display()
+    );
+}
