@@ -1,0 +1,12 @@
+//! The `valkey-operator` library: pure renderers of the Kubernetes objects and the controllers.
+
+pub mod cluster;
+pub mod http;
+pub mod metrics;
+pub mod node;
+pub mod render;
+mod run;
+pub mod status;
+pub mod telemetry;
+
+pub use run::run_controllers;

@@ -1,0 +1,1 @@
+//! ValkeyNode controller (in progress)

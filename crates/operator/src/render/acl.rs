@@ -1,0 +1,286 @@
+//! The ACL file: `default` disabled, the least-privilege system users (rules from
+//! `valkey_ops::commands::acl`), then `spec.users`, then a revision marker user.
+//!
+//! Passwords appear only as `#<sha256>` so neither the file nor its Secret holds a plain
+//! password. Lines are in a stable order (system users, then `spec.users` in list order).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Secret;
+use valkey_api::ValkeyClusterSpec;
+use valkey_api::users::UserSpec;
+use valkey_ops::commands::acl::{
+    acl_revision, password_rule, revision_marker_line, system_acl_rules,
+};
+
+use super::config::valkey_major_from_image;
+use super::secrets::{SystemPasswords, secret_string};
+
+/// A rendered ACL file and its revision (also the ValkeyNode's `aclHash`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct AclFile {
+    /// File content.
+    pub content: String,
+    /// Revision: 16 hex digits of the SHA-256 of the rules (the marker user carries it).
+    pub revision: String,
+}
+
+impl std::fmt::Debug for AclFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AclFile")
+            .field("revision", &self.revision)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the users' passwords could not be resolved (reported as `UsersACLError`).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AclError {
+    /// The Secret named by a user's `passwordSecret` does not exist.
+    #[error("Secret {secret:?} of user {user:?} not found")]
+    SecretNotFound {
+        /// User name.
+        user: String,
+        /// Secret name.
+        secret: String,
+    },
+    /// A key is missing from the Secret or holds no usable password.
+    #[error("key {key:?} of Secret {secret:?} (user {user:?}) is missing or not a valid password")]
+    KeyMissing {
+        /// User name.
+        user: String,
+        /// Secret name.
+        secret: String,
+        /// Secret key.
+        key: String,
+    },
+}
+
+/// Names of the Secrets referenced by `spec.users[].passwordSecret` (to read before rendering).
+pub fn referenced_secrets(spec: &ValkeyClusterSpec) -> BTreeSet<String> {
+    spec.users
+        .iter()
+        .flatten()
+        .filter_map(|u| u.password_secret.as_ref().map(|p| p.name.clone()))
+        .collect()
+}
+
+/// Resolves each user's passwords from the observed Secrets (keyed by Secret name), in the
+/// order of `passwordSecret.keys`.
+pub fn resolve_user_passwords(
+    spec: &ValkeyClusterSpec,
+    secrets: &BTreeMap<String, Secret>,
+) -> Result<BTreeMap<String, Vec<String>>, AclError> {
+    let mut out = BTreeMap::new();
+    for user in spec.users.iter().flatten() {
+        let Some(ps) = &user.password_secret else {
+            continue;
+        };
+        let secret = secrets
+            .get(&ps.name)
+            .ok_or_else(|| AclError::SecretNotFound {
+                user: user.name.clone(),
+                secret: ps.name.clone(),
+            })?;
+        let mut passwords = Vec::with_capacity(ps.keys.len());
+        for key in &ps.keys {
+            passwords.push(
+                secret_string(secret, key).ok_or_else(|| AclError::KeyMissing {
+                    user: user.name.clone(),
+                    secret: ps.name.clone(),
+                    key: key.clone(),
+                })?,
+            );
+        }
+        out.insert(user.name.clone(), passwords);
+    }
+    Ok(out)
+}
+
+fn with_sign(rule: &str, sign: char) -> String {
+    if rule.starts_with('+') || rule.starts_with('-') {
+        rule.to_owned()
+    } else {
+        format!("{sign}{rule}")
+    }
+}
+
+/// The ACL line of one user. `passwords` are the resolved plain passwords (hashed here).
+pub fn user_line(user: &UserSpec, passwords: &[String]) -> String {
+    let mut rules: Vec<String> = vec!["reset".into(), "on".into()];
+    if user.nopass() {
+        rules.push("nopass".into());
+    }
+    rules.extend(passwords.iter().map(|p| password_rule(p)));
+    if let Some(keys) = &user.keys {
+        rules.extend(keys.read_write.iter().flatten().map(|k| format!("~{k}")));
+        rules.extend(keys.read_only.iter().flatten().map(|k| format!("%R~{k}")));
+        rules.extend(keys.write_only.iter().flatten().map(|k| format!("%W~{k}")));
+    }
+    if let Some(ch) = &user.channels {
+        rules.extend(ch.patterns.iter().flatten().map(|c| format!("&{c}")));
+    }
+    if let Some(cmds) = &user.commands {
+        rules.extend(cmds.allow.iter().flatten().map(|c| with_sign(c, '+')));
+        rules.extend(cmds.deny.iter().flatten().map(|c| with_sign(c, '-')));
+    }
+    if let Some(raw) = user.permissions.as_deref().map(str::trim)
+        && !raw.is_empty()
+    {
+        rules.push(raw.to_owned());
+    }
+    format!("user {} {}", user.name, rules.join(" "))
+}
+
+/// Renders the ACL file for `spec` with the system passwords and the resolved user passwords
+/// (see [`resolve_user_passwords`]; users absent from the map get no password).
+pub fn render_acl_file(
+    spec: &ValkeyClusterSpec,
+    system: &SystemPasswords,
+    user_passwords: &BTreeMap<String, Vec<String>>,
+) -> AclFile {
+    let mut lines = system_acl_rules(
+        &system.as_system_users(),
+        valkey_major_from_image(&spec.image),
+    );
+    for user in spec.users.iter().flatten() {
+        let pw = user_passwords
+            .get(&user.name)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        lines.push(user_line(user, pw));
+    }
+    let revision = acl_revision(&lines);
+    lines.push(revision_marker_line(&revision));
+    let mut content = lines.join("\n");
+    content.push('\n');
+    AclFile { content, revision }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    fn spec(json: serde_json::Value) -> ValkeyClusterSpec {
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn system() -> SystemPasswords {
+        SystemPasswords {
+            operator: "op".into(),
+            replication: "rep".into(),
+            exporter: "exp".into(),
+        }
+    }
+
+    fn users_spec() -> ValkeyClusterSpec {
+        spec(serde_json::json!({
+            "shards": 1,
+            "users": [
+                {"name": "alice",
+                 "passwordSecret": {"name": "pw", "keys": ["alicepw", "alicepw2"]},
+                 "commands": {"allow": ["@read", "@write", "@connection"], "deny": ["@admin", "@dangerous"]},
+                 "keys": {"readWrite": ["app:*"], "readOnly": ["shared:*"], "writeOnly": ["log:*"]},
+                 "channels": {"patterns": ["notifications:*"]}},
+                {"name": "bob", "nopass": true, "permissions": "+@all ~* &*"}
+            ]
+        }))
+    }
+
+    fn pw_secret() -> Secret {
+        Secret {
+            data: Some(BTreeMap::from([
+                ("alicepw".to_owned(), ByteString(b"s3cret".to_vec())),
+                ("alicepw2".to_owned(), ByteString(b"n3w".to_vec())),
+            ])),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn acl_file_snapshot_and_no_plain_passwords() {
+        let s = users_spec();
+        let secrets = BTreeMap::from([("pw".to_owned(), pw_secret())]);
+        let pws = resolve_user_passwords(&s, &secrets).unwrap();
+        let file = render_acl_file(&s, &system(), &pws);
+        for plain in ["s3cret", "n3w", " >op", "rep ", "exp "] {
+            assert!(!file.content.contains(plain), "{plain} leaked");
+        }
+        assert!(file.content.starts_with("user default reset off"));
+        assert!(
+            file.content
+                .ends_with(&format!("{}\n", revision_marker_line(&file.revision)))
+        );
+        // System rules come from valkey-ops (tested there); snapshot only what this module adds.
+        let system_rules = system_acl_rules(&system().as_system_users(), 9);
+        let lines: Vec<&str> = file.content.lines().collect();
+        assert_eq!(lines[..system_rules.len()], system_rules[..]);
+        insta::assert_snapshot!(lines[system_rules.len()..lines.len() - 1].join("\n"));
+    }
+
+    #[test]
+    fn revision_is_stable_and_follows_content() {
+        let s = users_spec();
+        let pws = BTreeMap::from([("alice".to_owned(), vec!["a".to_owned()])]);
+        let a = render_acl_file(&s, &system(), &pws);
+        assert_eq!(a, render_acl_file(&s, &system(), &pws));
+        let pws2 = BTreeMap::from([("alice".to_owned(), vec!["b".to_owned()])]);
+        assert_ne!(a.revision, render_acl_file(&s, &system(), &pws2).revision);
+    }
+
+    #[test]
+    fn missing_secret_or_key_is_an_error() {
+        let s = users_spec();
+        assert_eq!(
+            resolve_user_passwords(&s, &BTreeMap::new()),
+            Err(AclError::SecretNotFound {
+                user: "alice".into(),
+                secret: "pw".into()
+            })
+        );
+        let mut sec = pw_secret();
+        sec.data.as_mut().unwrap().remove("alicepw2");
+        let secrets = BTreeMap::from([("pw".to_owned(), sec)]);
+        assert!(matches!(
+            resolve_user_passwords(&s, &secrets),
+            Err(AclError::KeyMissing { key, .. }) if key == "alicepw2"
+        ));
+        assert_eq!(referenced_secrets(&s), BTreeSet::from(["pw".to_owned()]));
+    }
+
+    #[test]
+    fn explicit_signs_are_kept() {
+        let u: UserSpec = serde_json::from_value(serde_json::json!({
+            "name": "x", "commands": {"allow": ["-@all", "+get"], "deny": ["flushall"]}
+        }))
+        .unwrap();
+        assert_eq!(user_line(&u, &[]), "user x reset on -@all +get -flushall");
+    }
+
+    #[test]
+    fn rendered_file_is_loaded_by_valkey() {
+        // The real server must accept the whole file (ACL LOAD is all-or-nothing).
+        let Some(bin) = crate::render::test_server::valkey8() else {
+            eprintln!("skipped: valkey-server 8 not installed");
+            return;
+        };
+        let mut s = users_spec();
+        s.image = "valkey/valkey:8.0.1".into();
+        let pws = BTreeMap::from([("alice".to_owned(), vec!["a".to_owned()])]);
+        let file = render_acl_file(&s, &system(), &pws);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("users.acl"), &file.content).unwrap();
+        let port = crate::render::test_server::free_port();
+        let conf = dir.path().join("valkey.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {d}\naclfile {d}/users.acl\n",
+                d = dir.path().display()
+            ),
+        )
+        .unwrap();
+        let _server = crate::render::test_server::start(&bin, &conf, port, &[]);
+    }
+}

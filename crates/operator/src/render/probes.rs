@@ -1,0 +1,76 @@
+//! Readiness and liveness probe scripts (rendered into the ConfigMap, run by exec probes).
+//!
+//! Both authenticate as the read-only `_exporter` system user (whose password the pod already
+//! holds for the metrics sidecar) rather than `_operator`, so no administrative credential is
+//! mounted into the pod. With TLS they connect over TLS to the loopback address, skipping
+//! certificate verification: the certificate names the pod's DNS names, not 127.0.0.1, and the
+//! connection never leaves the pod.
+
+use valkey_api::defaults::VALKEY_PORT;
+use valkey_ops::commands::acl::EXPORTER_USER;
+
+use super::config::{CONFIG_DIR, SYSTEM_DIR, TLS_DIR};
+use super::secrets::EXPORTER_PASSWORD_KEY;
+
+/// ConfigMap key of the readiness script.
+pub const READINESS_KEY: &str = "readiness.sh";
+/// ConfigMap key of the liveness script.
+pub const LIVENESS_KEY: &str = "liveness.sh";
+
+/// Command of the readiness exec probe.
+pub fn readiness_command() -> Vec<String> {
+    vec!["sh".into(), format!("{CONFIG_DIR}/{READINESS_KEY}")]
+}
+
+/// Command of the liveness exec probe.
+pub fn liveness_command() -> Vec<String> {
+    vec!["sh".into(), format!("{CONFIG_DIR}/{LIVENESS_KEY}")]
+}
+
+fn ping_prelude(tls: bool) -> String {
+    let tls_flags = if tls {
+        format!(" --tls --insecure --cacert {TLS_DIR}/ca.crt")
+    } else {
+        String::new()
+    };
+    format!(
+        "REDISCLI_AUTH=\"$(cat {SYSTEM_DIR}/{EXPORTER_PASSWORD_KEY})\" || exit 1\n\
+         export REDISCLI_AUTH\n\
+         reply=\"$(valkey-cli --no-auth-warning{tls_flags} --user {EXPORTER_USER} -h 127.0.0.1 -p {VALKEY_PORT} PING 2>&1)\"\n\
+         rc=$?\n"
+    )
+}
+
+/// Readiness: an authenticated `PING` must answer `PONG` (a loading, failing or unreachable
+/// server is not ready).
+pub fn readiness_script(tls: bool) -> String {
+    format!(
+        "#!/bin/sh\n# Rendered by valkey-operator: readiness probe.\n{}\
+         if [ \"$rc\" -eq 0 ] && [ \"$reply\" = \"PONG\" ]; then exit 0; fi\n\
+         echo \"not ready: $reply\"\nexit 1\n",
+        ping_prelude(tls)
+    )
+}
+
+/// Liveness: the server answers at all. `PONG`, but also `LOADING`, `MASTERDOWN`, `BUSY` or an
+/// auth error count as alive (valkey-cli exits 0 on error replies); only a failed connection
+/// fails (a hung server is caught by the probe timeout).
+pub fn liveness_script(tls: bool) -> String {
+    format!(
+        "#!/bin/sh\n# Rendered by valkey-operator: liveness probe.\n{}\
+         if [ \"$rc\" -eq 0 ] && [ -n \"$reply\" ]; then exit 0; fi\n\
+         echo \"not alive: $reply\"\nexit 1\n",
+        ping_prelude(tls)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_snapshot() {
+        insta::assert_snapshot!("readiness_plain", readiness_script(false));
+        insta::assert_snapshot!("liveness_tls", liveness_script(true));
+    }
+}
