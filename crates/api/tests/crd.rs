@@ -235,3 +235,40 @@ fn schemas_are_structural() {
         );
     }
 }
+
+/// Paths of schema properties without a description (`kubectl explain` would print nothing).
+fn undocumented(v: &Value, path: &str, out: &mut Vec<String>) {
+    if let Some(Value::Object(props)) = v.get("properties") {
+        for (k, c) in props {
+            let p = format!("{path}.{k}");
+            if c.get("description")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                out.push(p.clone());
+            }
+            undocumented(c, &p, out);
+        }
+    }
+    if let Some(items) = v.get("items") {
+        undocumented(items, &format!("{path}[]"), out);
+    }
+}
+
+#[test]
+fn every_field_is_documented() {
+    for plural in ["valkeyclusters", "valkeynodes"] {
+        let crd = crd_json(plural);
+        let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let mut missing = vec![];
+        for part in ["spec", "status"] {
+            assert!(root["properties"][part]["description"].is_string());
+            undocumented(
+                &root["properties"][part],
+                &format!("{plural}.{part}"),
+                &mut missing,
+            );
+        }
+        assert!(missing.is_empty(), "undocumented fields: {missing:#?}");
+    }
+}
