@@ -1,0 +1,317 @@
+//! End-to-end tests of localkube's kubelet with the real controllers and
+//! scheduler: a StatefulSet and a Deployment of Valkey with exec readiness
+//! probes become Ready and answer PING at their pod IPs, required pod
+//! anti-affinity spreads pods over nodes (and leaves an unsatisfiable one
+//! Pending with the scheduler's message), garbage collection removes owned
+//! objects and a PodDisruptionBudget reports currentHealthy.
+//! Needs root (network and mount namespaces); CI runs as root.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+macro_rules! require_root {
+    () => {
+        if !is_root() {
+            eprintln!("skipped: needs root for network/mount namespaces and bridges");
+            return;
+        }
+    };
+}
+
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn create_ns(client: &Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), name);
+    wait_for(
+        "default service account",
+        Duration::from_secs(30),
+        || async { sas.get_opt("default").await.ok().flatten() },
+    )
+    .await;
+}
+
+fn ping(ip: &str, port: u16) -> bool {
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(
+        &format!("{ip}:{port}").parse().unwrap(),
+        Duration::from_secs(1),
+    ) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+fn valkey_template(app: &str, anti_affinity: bool) -> serde_json::Value {
+    let mut spec = json!({
+        "containers": [{
+            "name": "valkey",
+            "image": "valkey/valkey:9.0.0",
+            "args": ["--port", "6379", "--save", "", "--appendonly", "no", "--protected-mode", "no"],
+            "ports": [{"name": "valkey", "containerPort": 6379}],
+            "readinessProbe": {"exec": {"command": ["valkey-cli", "ping"]}, "periodSeconds": 1},
+            "livenessProbe": {"tcpSocket": {"port": "valkey"}, "periodSeconds": 2},
+        }],
+        "terminationGracePeriodSeconds": 2,
+    });
+    if anti_affinity {
+        spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"app": app}},
+            "topologyKey": "kubernetes.io/hostname",
+        }]}});
+    }
+    json!({"metadata": {"labels": {"app": app}}, "spec": spec})
+}
+
+async fn ready_pods(pods: &Api<Pod>, app: &str, n: usize) -> Vec<Pod> {
+    wait_for(
+        &format!("{n} ready pods of {app}"),
+        Duration::from_secs(90),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels(&format!("app={app}")))
+                .await
+                .ok()?;
+            let ready: Vec<Pod> = list.items.into_iter().filter(pod_ready).collect();
+            (ready.len() == n).then_some(ready)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kubelet_root_workloads() {
+    require_root!();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("localkube=info")
+        .try_init();
+    let env = localkube::Env::start(localkube::Options::default())
+        .await
+        .unwrap();
+    let client = env.client();
+    let ns = "wl";
+    create_ns(&client, ns).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+
+    // --- StatefulSet with anti-affinity: Ready, PING, spread over nodes.
+    let sts: StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "kv"},
+        "spec": {
+            "serviceName": "kv",
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "kv"}},
+            "template": valkey_template("kv", true),
+        }
+    }))
+    .unwrap();
+    let t0 = Instant::now();
+    Api::<StatefulSet>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &sts)
+        .await
+        .unwrap();
+    let kv = ready_pods(&pods, "kv", 2).await;
+    eprintln!(
+        "MEASURE StatefulSet of 2 (OrderedReady) create-to-all-Ready: {} ms",
+        t0.elapsed().as_millis()
+    );
+    let nodes: BTreeSet<String> = kv
+        .iter()
+        .map(|p| p.spec.as_ref().unwrap().node_name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        nodes.len(),
+        2,
+        "anti-affinity spreads over two nodes: {nodes:?}"
+    );
+    for p in &kv {
+        let ip = p.status.as_ref().unwrap().pod_ip.clone().unwrap();
+        assert!(ping(&ip, 6379), "{ip} answers PING");
+    }
+    let sts_status = wait_for("sts status", Duration::from_secs(30), || async {
+        let s = Api::<StatefulSet>::namespaced(client.clone(), ns)
+            .get("kv")
+            .await
+            .ok()?;
+        let st = s.status?;
+        (st.ready_replicas == Some(2)).then_some(st)
+    })
+    .await;
+    assert_eq!(sts_status.replicas, 2);
+
+    // --- PDB reports currentHealthy.
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "kv"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "kv"}}}
+    }))
+    .unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    let pdb_status = wait_for("pdb status", Duration::from_secs(30), || async {
+        let st = pdbs.get("kv").await.ok()?.status?;
+        (st.current_healthy == Some(2)).then_some(st)
+    })
+    .await;
+    assert_eq!(pdb_status.disruptions_allowed, Some(1));
+    assert_eq!(pdb_status.desired_healthy, Some(1));
+
+    // --- Deployment: Ready and PING.
+    let deploy: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": valkey_template("web", false),
+        }
+    }))
+    .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    deployments
+        .create(&PostParams::default(), &deploy)
+        .await
+        .unwrap();
+    let web = ready_pods(&pods, "web", 2).await;
+    for p in &web {
+        let ip = p.status.as_ref().unwrap().pod_ip.clone().unwrap();
+        assert!(ping(&ip, 6379), "{ip} answers PING");
+    }
+    wait_for("deployment available", Duration::from_secs(30), || async {
+        let st = deployments.get("web").await.ok()?.status?;
+        (st.available_replicas == Some(2)).then_some(())
+    })
+    .await;
+
+    // --- Unsatisfiable anti-affinity: 7 replicas, 6 nodes → one Pending with the scheduler's message.
+    let spread: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "spread"},
+        "spec": {
+            "replicas": 7,
+            "selector": {"matchLabels": {"app": "spread"}},
+            "template": {
+                "metadata": {"labels": {"app": "spread"}},
+                "spec": {
+                    "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "sleep 3600"]}],
+                    "terminationGracePeriodSeconds": 1,
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                        "labelSelector": {"matchLabels": {"app": "spread"}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }]}},
+                }
+            },
+        }
+    }))
+    .unwrap();
+    deployments
+        .create(&PostParams::default(), &spread)
+        .await
+        .unwrap();
+    let message = wait_for(
+        "a Pending pod with the scheduler's message",
+        Duration::from_secs(60),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels("app=spread"))
+                .await
+                .ok()?;
+            let ready = list.items.iter().filter(|p| pod_ready(p)).count();
+            let pending: Vec<String> = list
+                .items
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending"))
+                .filter_map(|p| {
+                    p.status
+                        .as_ref()?
+                        .conditions
+                        .as_ref()?
+                        .iter()
+                        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?
+                        .message
+                        .clone()
+                })
+                .collect();
+            (ready == 6 && pending.len() == 1).then(|| pending[0].clone())
+        },
+    )
+    .await;
+    eprintln!("scheduler: {message}");
+    assert!(message.contains("0/6 nodes are available"), "{message}");
+    assert!(message.contains("anti-affinity"), "{message}");
+
+    // --- Garbage collection: deleting the Deployment removes its ReplicaSets and pods.
+    deployments
+        .delete("spread", &DeleteParams::background())
+        .await
+        .unwrap();
+    let rss: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        "owned objects collected",
+        Duration::from_secs(60),
+        || async {
+            let rs = rss
+                .list(&ListParams::default().labels("app=spread"))
+                .await
+                .ok()?;
+            let ps = pods
+                .list(&ListParams::default().labels("app=spread"))
+                .await
+                .ok()?;
+            (rs.items.is_empty() && ps.items.is_empty()).then_some(())
+        },
+    )
+    .await;
+
+    // --- Node failure: stopping a node kills its pods and the node goes NotReady.
+    let victim = kv[0].spec.as_ref().unwrap().node_name.clone().unwrap();
+    let victim_ip = kv[0].status.as_ref().unwrap().pod_ip.clone().unwrap();
+    let faults = env.faults().unwrap();
+    faults.stop_node(&victim).await.unwrap();
+    assert!(!ping(&victim_ip, 6379), "pods of a stopped node are dead");
+    faults.start_node(&victim).await.unwrap();
+    ready_pods(&pods, "kv", 2).await;
+
+    env.stop().await;
+}
