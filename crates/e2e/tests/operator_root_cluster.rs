@@ -1,0 +1,370 @@
+//! End-to-end: the operator (both controllers, in-process) on localkube with real Valkey pods.
+//!
+//! Needs root (localkube runs pods as processes in network namespaces). Scenarios, in one
+//! environment to share its start-up: a 3×1 cluster reaches Ready with all its resources and
+//! serves 10 000 keys through a cluster-aware client; killing a primary's server process gives
+//! its shard back with the full replica count; a 1×0 cluster reaches Ready.
+
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use valkey_api::status::ClusterState;
+use valkey_api::{ValkeyCluster, ValkeyNode};
+
+const NS: &str = "default";
+
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+async fn install_crds(client: &Client) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in valkey_api::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(
+            &name,
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let c = api.get(&name).await?;
+            let established = c
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            ensure!(Instant::now() < deadline, "CRD {name} not established");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
+}
+
+async fn create_user_secret(client: &Client, name: &str, password: &str) -> anyhow::Result<()> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let s: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name},
+        "stringData": {"password": password}
+    }))?;
+    api.create(&PostParams::default(), &s).await?;
+    Ok(())
+}
+
+async fn create_cluster(
+    client: &Client,
+    name: &str,
+    shards: i32,
+    replicas: i32,
+) -> anyhow::Result<()> {
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    let vc: ValkeyCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+        "metadata": {"name": name},
+        "spec": {
+            "shards": shards, "replicas": replicas,
+            "users": [{
+                "name": "app",
+                "passwordSecret": {"name": format!("{name}-app"), "keys": ["password"]},
+                "permissions": "+@all ~* &*"
+            }]
+        }
+    }))?;
+    api.create(&PostParams::default(), &vc).await?;
+    Ok(())
+}
+
+/// Waits until the cluster is Ready with all shards ready; returns the ready object.
+async fn wait_ready(
+    client: &Client,
+    name: &str,
+    shards: i32,
+    timeout: Duration,
+) -> anyhow::Result<ValkeyCluster> {
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    loop {
+        let vc = api.get(name).await?;
+        if let Some(s) = &vc.status {
+            let now = format!("{:?} {:?} {:?}", s.state, s.reason, s.message);
+            if now != last {
+                eprintln!("[{name}] {now}");
+                last = now;
+            }
+            if s.state == ClusterState::Ready && s.ready_shards == shards {
+                return Ok(vc);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("{name} not Ready after {timeout:?}: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn secret_value(s: &Secret, key: &str) -> anyhow::Result<String> {
+    let b = s
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .with_context(|| format!("secret key {key}"))?;
+    Ok(String::from_utf8(b.0.clone())?)
+}
+
+async fn pods_of(client: &Client, name: &str) -> anyhow::Result<Vec<Pod>> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    Ok(api
+        .list(&ListParams::default().labels(&format!("valkey.io/cluster={name}")))
+        .await?
+        .items)
+}
+
+fn pod_ip(p: &Pod) -> Option<String> {
+    p.status.as_ref()?.pod_ip.clone()
+}
+
+async fn node_conn(
+    ip: &str,
+    user: &str,
+    pw: &str,
+) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(format!("redis://{user}:{pw}@{ip}:6379"))?;
+    Ok(client.get_multiplexed_async_connection().await?)
+}
+
+/// Checks the live topology from every pod: cluster_state ok, all slots, `shards` primaries
+/// each with `replicas` replicas.
+async fn check_topology(
+    client: &Client,
+    name: &str,
+    shards: usize,
+    replicas: usize,
+    pw: &str,
+) -> anyhow::Result<()> {
+    let pods = pods_of(client, name).await?;
+    ensure!(
+        pods.len() == shards * (1 + replicas),
+        "pod count {}",
+        pods.len()
+    );
+    for p in &pods {
+        let ip = pod_ip(p).context("pod ip")?;
+        let mut c = node_conn(&ip, "app", pw).await?;
+        let info: String = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async(&mut c)
+            .await?;
+        ensure!(info.contains("cluster_state:ok"), "{ip}: {info}");
+        ensure!(
+            info.contains("cluster_slots_assigned:16384"),
+            "{ip}: {info}"
+        );
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut c)
+            .await?;
+        let lines: Vec<&str> = nodes.lines().filter(|l| !l.contains("fail")).collect();
+        let primaries: Vec<&str> = lines
+            .iter()
+            .filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("master")))
+            .map(|l| l.split(' ').next().unwrap_or_default())
+            .collect();
+        ensure!(primaries.len() == shards, "{ip}: primaries {nodes}");
+        for pid in primaries {
+            let n = lines
+                .iter()
+                .filter(|l| l.split(' ').nth(3) == Some(pid))
+                .count();
+            ensure!(
+                n == replicas,
+                "{ip}: primary {pid} has {n} replicas\n{nodes}"
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn cluster_client(
+    client: &Client,
+    name: &str,
+    pw: &str,
+) -> anyhow::Result<redis::cluster_async::ClusterConnection> {
+    let seeds: Vec<String> = pods_of(client, name)
+        .await?
+        .iter()
+        .filter_map(pod_ip)
+        .map(|ip| format!("redis://{ip}:6379"))
+        .collect();
+    let cc = redis::cluster::ClusterClient::builder(seeds)
+        .username("app")
+        .password(pw)
+        .build()?;
+    Ok(cc.get_async_connection().await?)
+}
+
+async fn write_read(
+    conn: &mut redis::cluster_async::ClusterConnection,
+    n: usize,
+    prefix: &str,
+) -> anyhow::Result<()> {
+    for i in 0..n {
+        let _: () = redis::cmd("SET")
+            .arg(format!("{prefix}:{i}"))
+            .arg(i)
+            .query_async(conn)
+            .await?;
+    }
+    for i in 0..n {
+        let v: usize = redis::cmd("GET")
+            .arg(format!("{prefix}:{i}"))
+            .query_async(conn)
+            .await?;
+        ensure!(v == i, "key {prefix}:{i} = {v}");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operator_root_3x1_ready_serves_and_recovers() -> anyhow::Result<()> {
+    if !is_root() {
+        eprintln!("skipped: needs root (localkube runs pods as processes in network namespaces)");
+        return Ok(());
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let env = localkube::Env::start(localkube::Options::default()).await?;
+    let client = env.client();
+    install_crds(&client).await?;
+
+    let metrics = Arc::new(valkey_operator::metrics::Metrics::new());
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let operator = tokio::spawn(valkey_operator::run_controllers(
+        client.clone(),
+        metrics.clone(),
+        async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        },
+    ));
+
+    // 3 shards × 1 replica.
+    let name = "demo";
+    let pw = "app-password-1";
+    create_user_secret(&client, &format!("{name}-app"), pw).await?;
+    let started = Instant::now();
+    create_cluster(&client, name, 3, 1).await?;
+    let vc = wait_ready(&client, name, 3, Duration::from_secs(300)).await?;
+    let took = started.elapsed();
+    eprintln!("MEASURE 3x1 apply→Ready: {:.1}s", took.as_secs_f64());
+
+    // Resources.
+    Api::<Service>::namespaced(client.clone(), NS)
+        .get(&format!("valkey-{name}"))
+        .await?;
+    Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .get(&format!("valkey-{name}-config"))
+        .await?;
+    let system = Api::<Secret>::namespaced(client.clone(), NS)
+        .get(&format!("valkey-{name}-system"))
+        .await?;
+    ensure!(!secret_value(&system, "operator-password")?.is_empty());
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .get(&format!("valkey-{name}-acl"))
+        .await?;
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+        .get(&format!("valkey-{name}"))
+        .await?;
+    let vns = Api::<ValkeyNode>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().labels(&format!("valkey.io/cluster={name}")))
+        .await?;
+    ensure!(vns.items.len() == 6, "ValkeyNodes: {}", vns.items.len());
+    let status = vc.status.clone().context("status")?;
+    ensure!(status.shards == 3 && status.shard_statuses.len() == 3);
+
+    check_topology(&client, name, 3, 1, pw).await?;
+    let mut conn = cluster_client(&client, name, pw).await?;
+    let t = Instant::now();
+    write_read(&mut conn, 10_000, "k").await?;
+    eprintln!("MEASURE 10000 SET+GET: {:.1}s", t.elapsed().as_secs_f64());
+
+    // Kill the server process of shard 0's primary.
+    let victim = status.shard_statuses[0]
+        .primary_pod
+        .clone()
+        .context("primary of shard 0")?;
+    let faults = env.faults().context("faults")?;
+    let killed = Instant::now();
+    faults.kill_container(NS, &victim, "server")?;
+    eprintln!("killed server of {victim}");
+    // Wait until every slot is writable again.
+    let mut writable = None;
+    while killed.elapsed() < Duration::from_secs(120) {
+        let ok = async {
+            let mut c = cluster_client(&client, name, pw).await?;
+            write_read(&mut c, 200, "after").await
+        }
+        .await;
+        if ok.is_ok() {
+            writable = Some(killed.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let writable = writable.context("slots not writable after killing the primary")?;
+    eprintln!(
+        "MEASURE failover: all slots writable after {:.1}s",
+        writable.as_secs_f64()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let vc = wait_ready(&client, name, 3, Duration::from_secs(180)).await?;
+    eprintln!(
+        "MEASURE failover: Ready with full replica count after {:.1}s",
+        killed.elapsed().as_secs_f64()
+    );
+    let new_primary = vc
+        .status
+        .as_ref()
+        .and_then(|s| s.shard_statuses[0].primary_pod.clone());
+    eprintln!("shard 0 primary: {victim} → {new_primary:?}");
+    check_topology(&client, name, 3, 1, pw).await?;
+    let mut conn = cluster_client(&client, name, pw).await?;
+    for i in (0..10_000).step_by(97) {
+        let v: usize = redis::cmd("GET")
+            .arg(format!("k:{i}"))
+            .query_async(&mut conn)
+            .await?;
+        ensure!(v == i);
+    }
+
+    // 1 × 0.
+    create_user_secret(&client, "solo-app", pw).await?;
+    let started = Instant::now();
+    create_cluster(&client, "solo", 1, 0).await?;
+    wait_ready(&client, "solo", 1, Duration::from_secs(180)).await?;
+    eprintln!(
+        "MEASURE 1x0 apply→Ready: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    check_topology(&client, "solo", 1, 0, pw).await?;
+    let mut conn = cluster_client(&client, "solo", pw).await?;
+    write_read(&mut conn, 1000, "solo").await?;
+
+    let text = metrics.encode();
+    ensure!(text.contains("valkey_operator_reconciles_total{controller=\"valkeycluster\"}"));
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(10), operator).await;
+    env.stop().await;
+    Ok(())
+}
