@@ -77,12 +77,15 @@ pub const REPLICATION_COMMANDS: &[&str] =
 /// source's snapshot and write stream with the permissions of the user it authenticated as at
 /// the source (the replication user): on 9.1.2 an import failed with
 /// `NOPERM ... _replication ... 'select'`. So this user needs write access to every key and
-/// the `CLUSTER SYNCSLOTS` channel; administrative commands stay denied. (A replica already
-/// receives the whole dataset through `PSYNC`, so read access adds no exposure.)
+/// the `CLUSTER SYNCSLOTS` channel; `@admin` and `@dangerous` commands (FLUSHALL, CONFIG, ...)
+/// stay denied (checked on 9.1.2: strings, lists, hashes, sets, sorted sets, streams, HLL and
+/// TTLs migrate, also under concurrent writes). A replica already receives the whole dataset
+/// through `PSYNC`, so read access adds no exposure.
 pub const REPLICATION_RULES_V9: &[&str] = &[
     "&*",
     "+@all",
     "-@admin",
+    "-@dangerous",
     "+psync",
     "+sync",
     "+replconf",

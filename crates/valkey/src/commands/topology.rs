@@ -234,25 +234,33 @@ pub async fn failover(
 
 /// Why forgetting a node is unsafe, judged from the views of all reachable nodes.
 pub fn forget_refusal(views: &[(String, ClusterNodes)], dead_id: &str) -> Option<String> {
+    if let Some((addr, _)) = views
+        .iter()
+        .find(|(_, v)| v.myself().is_some_and(|m| m.id == dead_id))
+    {
+        return Some(format!("node {dead_id} is alive at {addr}"));
+    }
     for (addr, nodes) in views {
-        if nodes.myself().is_some_and(|m| m.id == dead_id) {
-            return Some(format!("node {dead_id} is alive at {addr}"));
+        let follower = nodes.nodes.iter().find(|n| {
+            n.primary_id.as_deref() == Some(dead_id)
+                && n.id != dead_id
+                && !n.flags.failing()
+                && !n.flags.noaddr
+        });
+        if let Some(n) = follower {
+            return Some(format!(
+                "live replica {} ({}) still follows {dead_id} in the view of {addr}",
+                n.id,
+                n.addr.host_port()
+            ));
         }
-        for n in &nodes.nodes {
-            let live = !n.flags.failing() && !n.flags.noaddr;
-            if n.primary_id.as_deref() == Some(dead_id) && n.id != dead_id && live {
-                return Some(format!(
-                    "live replica {} ({}) still follows {dead_id} in the view of {addr}",
-                    n.id,
-                    n.addr.host_port()
-                ));
-            }
-            if n.id == dead_id && n.slot_count() > 0 {
-                return Some(format!(
-                    "{dead_id} still owns {} slots in the view of {addr}",
-                    n.slot_count()
-                ));
-            }
+    }
+    for (addr, nodes) in views {
+        if let Some(n) = nodes.get(dead_id).filter(|n| n.slot_count() > 0) {
+            return Some(format!(
+                "{dead_id} still owns {} slots in the view of {addr}",
+                n.slot_count()
+            ));
         }
     }
     None

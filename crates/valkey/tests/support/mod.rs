@@ -192,6 +192,7 @@ impl Server {
             format!("aclfile {d}/users.acl"),
             "save \"\"".into(),
             "appendonly no".into(),
+            "repl-diskless-sync-delay 0".into(),
             "masteruser _replication".into(),
             format!("masterauth {REPLICATION_PASSWORD}"),
             format!("logfile {d}/valkey.log"),

@@ -1,0 +1,198 @@
+//! Needs real `valkey-server` binaries (see `tests/support`): least-privilege system users,
+//! `ACL LOAD` with revision verification, `CONFIG SET` of several keys, authentication errors.
+
+mod support;
+
+use support::*;
+use valkey_ops::client::{self, ClientConfig, ClientError, NodePool};
+use valkey_ops::commands::{self, AclLoadOutcome, acl};
+
+async fn allowed(pool: &NodePool, addr: &str, args: &[&str]) -> Result<(), String> {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    match pool.query::<redis::Value>(addr, &c).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.server_code() == Some("NOPERM") => Err("NOPERM".into()),
+        // Any other error reply means the command was permitted and ran.
+        Err(ClientError::Server { .. }) => Ok(()),
+        Err(e) => panic!("{args:?}: {e}"),
+    }
+}
+
+async fn check_users(flavor: Flavor) {
+    init_tracing();
+    let server = Server::start(flavor, None);
+    let a = server.addr();
+    let op = operator_pool(None);
+    commands::add_slots_range(&op, &a, &split_slots(1))
+        .await
+        .unwrap();
+    wait_cluster_ok(
+        &op,
+        std::slice::from_ref(&a),
+        std::time::Duration::from_secs(10),
+    )
+    .await;
+    let app = app_pool(None);
+    let () = app
+        .query(&a, redis::cmd("SET").arg("k").arg("v"))
+        .await
+        .unwrap();
+
+    for cmd in [
+        &["PING"][..],
+        &["INFO", "replication"],
+        &["CLUSTER", "INFO"],
+        &["CLUSTER", "NODES"],
+        &["CLUSTER", "MYID"],
+        &["CLUSTER", "COUNTKEYSINSLOT", "0"],
+        &["CLUSTER", "GETKEYSINSLOT", "0", "10"],
+        &["CONFIG", "GET", "maxmemory"],
+        &["CONFIG", "SET", "slowlog-max-len", "200"],
+        &["ACL", "USERS"],
+        &["ACL", "LOAD"],
+        &["WAIT", "0", "10"],
+        &["DBSIZE"],
+        &["ROLE"],
+        &["CLIENT", "LIST"],
+    ] {
+        assert_eq!(allowed(&op, &a, cmd).await, Ok(()), "operator {cmd:?}");
+    }
+    for cmd in [
+        &["GET", "k"][..],
+        &["SET", "k", "x"],
+        &["DEL", "k"],
+        &["KEYS", "*"],
+        &["SCAN", "0"],
+        &["HGETALL", "k"],
+        &["FLUSHALL"],
+        &["EVAL", "return 1", "0"],
+        &["SHUTDOWN", "NOSAVE"],
+        &["BGSAVE"],
+        &["MONITOR"],
+    ] {
+        assert_eq!(
+            allowed(&op, &a, cmd).await,
+            Err("NOPERM".into()),
+            "operator {cmd:?}"
+        );
+    }
+
+    let exp = pool_for(acl::EXPORTER_USER, EXPORTER_PASSWORD, None);
+    for cmd in [
+        &["PING"][..],
+        &["INFO", "all"],
+        &["CONFIG", "GET", "maxmemory"],
+        &["CLUSTER", "INFO"],
+        &["CLUSTER", "NODES"],
+        &["CLIENT", "LIST"],
+        &["SLOWLOG", "GET", "10"],
+        &["SLOWLOG", "LEN"],
+        &["LATENCY", "LATEST"],
+        &["MEMORY", "STATS"],
+        &["DBSIZE"],
+    ] {
+        assert_eq!(allowed(&exp, &a, cmd).await, Ok(()), "exporter {cmd:?}");
+    }
+    for cmd in [
+        &["GET", "k"][..],
+        &["SET", "k", "x"],
+        &["CONFIG", "SET", "maxmemory", "1"],
+        &["CLUSTER", "MEET", "127.0.0.1", "1"],
+        &["ACL", "LOAD"],
+        &["FLUSHALL"],
+    ] {
+        assert_eq!(
+            allowed(&exp, &a, cmd).await,
+            Err("NOPERM".into()),
+            "exporter {cmd:?}"
+        );
+    }
+
+    let rep = pool_for(acl::REPLICATION_USER, REPLICATION_PASSWORD, None);
+    assert_eq!(allowed(&rep, &a, &["PING"]).await, Ok(()));
+    for cmd in [
+        &["CONFIG", "SET", "maxmemory", "1"][..],
+        &["CLUSTER", "MEET", "127.0.0.1", "1"],
+        &["ACL", "LOAD"],
+        &["FLUSHALL"],
+    ] {
+        assert_eq!(
+            allowed(&rep, &a, cmd).await,
+            Err("NOPERM".into()),
+            "replication {cmd:?}"
+        );
+    }
+    if flavor == Flavor::V8 {
+        assert_eq!(allowed(&rep, &a, &["GET", "k"]).await, Err("NOPERM".into()));
+    }
+
+    // `default` is off and wrong passwords fail: authentication errors, no fallback.
+    for cfg in [
+        ClientConfig::new("default", "anything"),
+        ClientConfig::new("_operator", "wrong"),
+        ClientConfig::new("nobody", "x"),
+    ] {
+        let e = client::connect(&a, &cfg).await.unwrap_err();
+        assert!(matches!(e, ClientError::Auth { .. }), "{e:?}");
+    }
+    assert!(matches!(
+        client::connect(&a, &ClientConfig::new("", ""))
+            .await
+            .unwrap_err(),
+        ClientError::Config(_)
+    ));
+
+    // ACL LOAD with revision verification.
+    assert_eq!(
+        commands::acl_load(&op, &a, ACL_REVISION).await.unwrap(),
+        AclLoadOutcome::AlreadyCurrent
+    );
+    let mut lines = acl_lines(flavor, "rev2");
+    lines.push("user extra reset on >extra-pw ~* +get".into());
+    std::fs::write(server.acl_path(), lines.join("\n") + "\n").unwrap();
+    // Asking for a revision the file does not have fails and names the one found.
+    let e = commands::acl_load(&op, &a, "rev3").await.unwrap_err();
+    assert!(e.to_string().contains("rev2"), "{e}");
+    assert_eq!(
+        commands::acl_load(&op, &a, "rev2").await.unwrap(),
+        AclLoadOutcome::AlreadyCurrent
+    );
+    let extra = pool_for("extra", "extra-pw", None);
+    let v: Option<String> = extra.query(&a, redis::cmd("GET").arg("k")).await.unwrap();
+    assert_eq!(v.as_deref(), Some("v"));
+    // A broken file is rejected as a whole; the loaded rules stay.
+    std::fs::write(server.acl_path(), "user broken on +nosuchcommand\n").unwrap();
+    assert!(commands::acl_load(&op, &a, "rev4").await.is_err());
+    assert_eq!(
+        acl::loaded_revision(&op, &a).await.unwrap().as_deref(),
+        Some("rev2")
+    );
+
+    // CONFIG SET of several keys: only differing ones are sent; a second call is a no-op.
+    let params = [
+        ("maxmemory-policy", "allkeys-lru"),
+        ("slowlog-log-slower-than", "5000"),
+        ("cluster-node-timeout", "2000"),
+    ];
+    let changed = commands::config_set(&op, &a, &params).await.unwrap();
+    assert_eq!(changed, vec!["maxmemory-policy", "slowlog-log-slower-than"]);
+    assert!(
+        commands::config_set(&op, &a, &params)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_valkey9_system_users_acl_load_and_config() {
+    check_users(Flavor::V9).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_valkey8_system_users_acl_load_and_config() {
+    check_users(Flavor::V8).await;
+}

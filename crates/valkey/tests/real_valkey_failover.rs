@@ -1,0 +1,158 @@
+//! Needs real `valkey-server` binaries (see `tests/support`): automatic failover observed in
+//! the model, guarded FORGET, replacement replica, manual failover modes, WAIT.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+use valkey_ops::commands::{self, CommandError, FailoverMode};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_valkey9_primary_death_failover_forget_and_replace() {
+    init_tracing();
+    let mut servers = start_servers(Flavor::V9, 6, None);
+    let pool = operator_pool(None);
+    let app = app_pool(None);
+    let addrs: Vec<String> = servers.iter().map(Server::addr).collect();
+    let ids = form_cluster(&pool, &addrs[..3], &addrs[3..]).await;
+    write_keys(&app, &addrs[0], 10_000).await;
+    for r in &addrs[3..] {
+        eventually("replica link up", Duration::from_secs(20), || async {
+            commands::observe_node(&pool, r)
+                .await
+                .ok()?
+                .primary_link_up()
+                .then_some(())
+        })
+        .await;
+    }
+    // Replicas acknowledge (WAIT on the operator connection: no writes of its own → all).
+    assert!(
+        commands::wait_replicas(&pool, &addrs[0], 1, Duration::from_secs(2))
+            .await
+            .unwrap()
+            >= 1
+    );
+
+    // Guard: a node that a live replica follows is never forgotten.
+    let rest_but_1: Vec<String> = addrs.iter().filter(|a| **a != addrs[1]).cloned().collect();
+    match commands::forget_everywhere(&pool, &rest_but_1, &ids[1]).await {
+        Err(CommandError::Refused(r)) => assert!(r.contains("live replica"), "{r}"),
+        other => panic!("forget of a followed node was not refused: {other:?}"),
+    }
+    match commands::forget_everywhere(&pool, &addrs, &ids[1]).await {
+        Err(CommandError::Refused(r)) => assert!(r.contains("alive") || r.contains("live"), "{r}"),
+        other => panic!("forget of a live node was not refused: {other:?}"),
+    }
+
+    // Kill primary 0: its replica (addrs[3]) takes over automatically.
+    servers[0].kill();
+    pool.evict(&addrs[0]);
+    let dead = ids[0].clone();
+    let rest: Vec<String> = addrs[1..].to_vec();
+    eventually("automatic failover", Duration::from_secs(30), || async {
+        let o = commands::observe_node(&pool, &addrs[1]).await.ok()?;
+        let d = o.nodes.get(&dead)?;
+        let promoted = o
+            .nodes
+            .get(&commands::node_id(&pool, &addrs[3]).await.ok()?)?;
+        (d.flags.fail && promoted.is_primary() && promoted.slot_count() > 5000 && o.cluster_ok())
+            .then_some(())
+    })
+    .await;
+    let o = commands::observe_node(&pool, &addrs[3]).await.unwrap();
+    assert!(o.myself().unwrap().is_primary());
+    assert_eq!(o.info.get("role").map(String::as_str), Some("master"));
+
+    // Forget the dead node everywhere (no live replica follows it any more).
+    let forgot = commands::forget_everywhere(&pool, &rest, &dead)
+        .await
+        .unwrap();
+    assert_eq!(forgot, 5);
+    assert_eq!(
+        commands::forget_everywhere(&pool, &rest, &dead)
+            .await
+            .unwrap(),
+        0
+    );
+    for a in &rest {
+        assert!(
+            commands::cluster_nodes(&pool, a)
+                .await
+                .unwrap()
+                .get(&dead)
+                .is_none()
+        );
+    }
+
+    // A fresh node becomes the replica of the promoted primary.
+    let fresh = Server::start(Flavor::V9, None);
+    let promoted_id = commands::node_id(&pool, &addrs[3]).await.unwrap();
+    join_nodes(&pool, &addrs[1], &[fresh.addr()]).await;
+    attach_replica(&pool, &fresh.addr(), &promoted_id).await;
+    let mut now: Vec<String> = rest.clone();
+    now.push(fresh.addr());
+    wait_cluster_ok(&pool, &now, Duration::from_secs(30)).await;
+    eventually("fresh replica synced", Duration::from_secs(20), || async {
+        commands::observe_node(&pool, &fresh.addr())
+            .await
+            .ok()?
+            .primary_link_up()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(count_bad_keys(&app, &addrs[1], 10_000).await, 0);
+
+    // Manual failovers: default (coordinated), repeated (no-op), then TAKEOVER back.
+    assert!(
+        commands::failover(
+            &pool,
+            &addrs[4],
+            FailoverMode::Default,
+            Duration::from_secs(20)
+        )
+        .await
+        .unwrap()
+    );
+    assert!(
+        !commands::failover(
+            &pool,
+            &addrs[4],
+            FailoverMode::Default,
+            Duration::from_secs(20)
+        )
+        .await
+        .unwrap()
+    );
+    eventually("old primary demoted", Duration::from_secs(20), || async {
+        commands::myself(&pool, &addrs[1])
+            .await
+            .ok()?
+            .is_replica()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        commands::failover(
+            &pool,
+            &addrs[1],
+            FailoverMode::Takeover,
+            Duration::from_secs(20)
+        )
+        .await
+        .unwrap()
+    );
+    assert!(
+        commands::failover(
+            &pool,
+            &addrs[4],
+            FailoverMode::Force,
+            Duration::from_secs(20)
+        )
+        .await
+        .unwrap()
+    );
+    wait_cluster_ok(&pool, &now, Duration::from_secs(30)).await;
+    assert_eq!(count_bad_keys(&app, &addrs[1], 10_000).await, 0);
+}

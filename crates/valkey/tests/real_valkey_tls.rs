@@ -1,0 +1,60 @@
+//! Needs real `valkey-server` 8.0 with TLS (see `tests/support`): a TLS-only cluster
+//! (`port 0`, `tls-port`, `tls-cluster`, `tls-replication`) with certificates generated in
+//! the test, reached by IP while verifying the certificate's DNS name.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+use valkey_ops::client::{self, ClientConfig, ClientError};
+use valkey_ops::commands;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_valkey8_tls_cluster_with_ca_and_server_name() {
+    init_tracing();
+    let tls = TlsFiles::generate();
+    let servers = start_servers(Flavor::V8, 6, Some(&tls));
+    let pool = operator_pool(Some(&tls));
+    let addrs: Vec<String> = servers.iter().map(Server::addr).collect();
+    form_cluster(&pool, &addrs[..3], &addrs[3..]).await;
+    for r in &addrs[3..] {
+        eventually(
+            "TLS replication link up",
+            Duration::from_secs(20),
+            || async {
+                commands::observe_node(&pool, r)
+                    .await
+                    .ok()?
+                    .primary_link_up()
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    let app = app_pool(Some(&tls));
+    write_keys(&app, &addrs[0], 5_000).await;
+    assert_eq!(count_bad_keys(&app, &addrs[0], 5_000).await, 0);
+
+    let op = |cfg: ClientConfig| cfg;
+    let base = || ClientConfig::new("_operator", OPERATOR_PASSWORD);
+    // Wrong server name: the certificate does not match → no connection.
+    let wrong_name = op(base().with_tls(tls.ca_pem.clone(), Some("other.name.test".into())));
+    let e = client::connect(&addrs[0], &wrong_name).await.unwrap_err();
+    assert!(matches!(e, ClientError::Connection { .. }), "{e:?}");
+    // Verifying against the IP fails too: the certificate has only a DNS SAN.
+    let by_ip = base().with_tls(tls.ca_pem.clone(), None);
+    assert!(client::connect(&addrs[0], &by_ip).await.is_err());
+    // Another CA is not trusted.
+    let other = TlsFiles::generate();
+    let wrong_ca = base().with_tls(other.ca_pem.clone(), Some(TLS_SERVER_NAME.into()));
+    assert!(client::connect(&addrs[0], &wrong_ca).await.is_err());
+    // Plain TCP to the TLS port does not work.
+    let plain = base().with_timeouts(Duration::from_secs(1), Duration::from_secs(1));
+    assert!(client::connect(&addrs[0], &plain).await.is_err());
+    // Wrong password over TLS: an authentication error, never an unauthenticated session.
+    let bad_pw = ClientConfig::new("_operator", "wrong")
+        .with_tls(tls.ca_pem.clone(), Some(TLS_SERVER_NAME.into()));
+    let e = client::connect(&addrs[0], &bad_pw).await.unwrap_err();
+    assert!(matches!(e, ClientError::Auth { .. }), "{e:?}");
+}
