@@ -9,8 +9,12 @@ pub mod slots;
 
 pub use error::{ParseError, PlanError};
 pub use model::{
-    ClusterInfo, ClusterNode, ClusterNodes, ClusterState, LinkState, NodeAddr, NodeFlags, NodeRole,
-    PersistenceInfo, ReplicationInfo, ServerInfo, Shard, SlotMigration, Version,
+    ClusterInfo, ClusterNode, ClusterNodes, ClusterState, ClusterView, LinkState, NodeAddr,
+    NodeFlags, NodeObservation, NodeRole, PersistenceInfo, ReplicationInfo, ServerInfo, Shard,
+    ShardView, SlotMigration, Version,
 };
-pub use plan::{RebalancePlan, SlotMove, initial_assignment, plan_rebalance};
+pub use plan::{
+    FailbackStep, RebalancePlan, SlotMove, choose_failover_target, initial_assignment,
+    plan_failback, plan_rebalance,
+};
 pub use slots::{SLOT_COUNT, Slot, SlotRange, SlotSet};

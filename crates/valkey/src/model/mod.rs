@@ -5,6 +5,7 @@ pub mod migrations;
 pub mod nodes;
 pub mod resp;
 pub mod shards;
+pub mod view;
 
 pub use info::{
     ClusterInfo, ClusterState, ConnectedReplica, InfoFields, PersistenceInfo, PrimaryLinkStatus,
@@ -13,3 +14,6 @@ pub use info::{
 pub use migrations::{MigrationOperation, MigrationState, SlotMigration, parse_slot_migrations};
 pub use nodes::{ClusterNode, ClusterNodes, LinkState, NodeAddr, NodeFlags, NodeRole};
 pub use shards::{NodeHealth, Shard, ShardNode, ShardRole, parse_cluster_shards};
+pub use view::{
+    ClusterView, NodeObservation, OpenSlot, ReplicaPick, ShardView, StaleAddress, TransferKind,
+};
