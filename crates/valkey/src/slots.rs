@@ -320,7 +320,7 @@ impl Iterator for SlotRanges<'_> {
         while e + 1 < max {
             let next = e + 1;
             let word = self.set.bits[(next / 64) as usize];
-            if next % 64 == 0 && word == u64::MAX {
+            if next.is_multiple_of(64) && word == u64::MAX {
                 e += 64;
                 continue;
             }

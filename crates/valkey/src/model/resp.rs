@@ -39,7 +39,7 @@ pub fn as_array(v: &Value) -> Option<&[Value]> {
 pub fn as_pairs(v: &Value) -> Option<Vec<(String, &Value)>> {
     match v {
         Value::Map(m) => m.iter().map(|(k, v)| Some((as_string(k)?, v))).collect(),
-        Value::Array(a) if a.len() % 2 == 0 => a
+        Value::Array(a) if a.len().is_multiple_of(2) => a
             .chunks_exact(2)
             .map(|kv| Some((as_string(&kv[0])?, &kv[1])))
             .collect(),

@@ -121,7 +121,7 @@ fn parse_shard(v: &Value) -> Result<Shard, ParseError> {
     let bounds = lookup("slots")
         .and_then(as_array)
         .ok_or_else(|| ParseError::MissingField("slots".into()))?;
-    if bounds.len() % 2 != 0 {
+    if !bounds.len().is_multiple_of(2) {
         return Err(ParseError::field(
             "slots",
             format!("{} bounds", bounds.len()),
