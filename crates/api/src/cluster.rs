@@ -72,11 +72,12 @@ pub struct ValkeyClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_secrets: Option<Vec<LocalObjectReference>>,
 
-    /// Number of shards (primaries). Each shard owns a part of the 16384 hash slots.
+    /// Number of shards (primaries), 1 to 16384. Each shard owns a part of the 16384 hash
+    /// slots.
     #[schemars(range(min = 1, max = 16384))]
     pub shards: i32,
 
-    /// Replicas per shard. Defaults to 0 (primaries only).
+    /// Replicas per shard, 0 to 100. Defaults to 0 (primaries only).
     #[serde(default)]
     #[schemars(range(min = 0, max = 100))]
     pub replicas: i32,
