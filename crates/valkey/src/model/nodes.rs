@@ -379,6 +379,32 @@ pub(crate) mod tests {
     const NODES_FRESH: &str =
         "63dccb26d7f0abe3f77e9b44ae52c2d200a81e08 :17001@27001 myself,master - 0 0 0 connected\n";
 
+    /// Real output of Valkey 9.1.2 started with `--cluster-announce-hostname host-<port>.example`,
+    /// after a `CLUSTER MEET` to a port nobody listens on (stays in handshake).
+    const NODES_HOSTNAME_HANDSHAKE: &str = "\
+394b85f7a3cded0c2be612c0fe5a0c4a300b07a7 127.0.0.1:17199@27199 handshake - 0 0 0 disconnected
+f37cb46bde8dee39094535ea21e2d78fb5e8fddb 127.0.0.1:17101@27101,host-17101.example myself,master - 0 0 0 connected 0-8191
+6e829d989e06a0f65eedfba61215b934090863ec 127.0.0.1:17102@27102,host-17102.example master - 0 1796209207462 1 connected 8192-16383
+";
+
+    #[test]
+    fn parses_hostnames_and_handshake() {
+        let t = ClusterNodes::parse(NODES_HOSTNAME_HANDSHAKE).unwrap();
+        let me = t.myself().unwrap();
+        assert_eq!(me.addr.hostname.as_deref(), Some("host-17101.example"));
+        assert_eq!(
+            me.addr.to_string(),
+            "127.0.0.1:17101@27101,host-17101.example"
+        );
+        assert_eq!(me.addr.host_port(), "127.0.0.1:17101");
+        let hs = &t.nodes[0];
+        assert!(hs.flags.handshake && !hs.flags.primary && !hs.flags.replica);
+        assert_eq!(hs.role(), NodeRole::Unknown);
+        assert_eq!(hs.link_state, LinkState::Disconnected);
+        assert_eq!(hs.addr.hostname, None);
+        assert_eq!(t.primaries().count(), 2);
+    }
+
     #[test]
     fn parses_3x1_cluster() {
         let t = ClusterNodes::parse(NODES_3X1).unwrap();

@@ -209,6 +209,23 @@ mod tests {
         assert_eq!(s2, s3);
     }
 
+    /// Raw RESP3 reply of Valkey 9.1.2 nodes started with `--cluster-announce-hostname` and
+    /// `--cluster-preferred-endpoint-type hostname`.
+    const RESP3_HOSTNAMES: &[u8] = include_bytes!("testdata/shards_host3.bin");
+
+    #[test]
+    fn parses_hostname_endpoints() {
+        let v = redis::parse_redis_value(RESP3_HOSTNAMES).unwrap();
+        let shards = parse_cluster_shards(&v).unwrap();
+        assert_eq!(shards.len(), 2);
+        let p = shards[0].primary().unwrap();
+        assert_eq!(p.id, "f37cb46bde8dee39094535ea21e2d78fb5e8fddb");
+        assert_eq!(p.endpoint.as_deref(), Some("host-17101.example"));
+        assert_eq!(p.hostname.as_deref(), Some("host-17101.example"));
+        assert_eq!(p.ip.as_deref(), Some("127.0.0.1"));
+        assert_eq!(shards[0].slot_set().to_string(), "0-8191");
+    }
+
     #[test]
     fn rejects_bad_shapes() {
         assert!(parse_cluster_shards(&Value::Nil).is_err());
