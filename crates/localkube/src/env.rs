@@ -3,15 +3,21 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Taint;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::binaries::Binaries;
+use crate::binaries::{Binaries, bin_dir};
 use crate::controlplane::{ControlPlane, ControlPlaneConfig};
+use crate::kubelet::{Faults, KubeletConfig, Kubelets, NodeSpec};
+use crate::runtime::{self, ImageTable, Network, NetworkConfig};
 use crate::slot::Slot;
+
+/// Name of the default StorageClass the environment provisions volumes for.
+pub const STORAGE_CLASS: &str = "standard";
 
 /// How to start an environment.
 #[derive(Debug, Clone)]
@@ -28,6 +34,16 @@ pub struct Options {
     pub node_labels: BTreeMap<String, String>,
     /// Taints on every node.
     pub node_taints: Vec<Taint>,
+    /// Allocatable CPU of each node.
+    pub node_cpu: String,
+    /// Allocatable memory of each node.
+    pub node_memory: String,
+    /// Maximum pods per node.
+    pub node_pods: u32,
+    /// Pod CIDR; by default a /24 slice of 10.244.0.0/16 unique on this machine.
+    pub pod_cidr: Option<ipnet::Ipv4Net>,
+    /// Image table file (YAML/JSON, see [`runtime::images`]); the built-in table when `None`.
+    pub image_table: Option<PathBuf>,
     /// State directory; a fresh temporary directory when `None`.
     pub dir: Option<PathBuf>,
 }
@@ -42,6 +58,11 @@ impl Default for Options {
             kubelets: true,
             node_labels: BTreeMap::new(),
             node_taints: Vec::new(),
+            node_cpu: "4".to_string(),
+            node_memory: "8Gi".to_string(),
+            node_pods: 110,
+            pod_cidr: None,
+            image_table: None,
             dir: None,
         }
     }
@@ -66,14 +87,34 @@ pub fn zone_name(i: usize) -> String {
     format!("zone-{letter}")
 }
 
+/// The nodes of an environment: `node-1` … `node-N`, zones round robin.
+pub fn node_specs(opts: &Options) -> Vec<NodeSpec> {
+    let zones = opts.zones.max(1);
+    (0..opts.nodes)
+        .map(|i| NodeSpec {
+            name: format!("node-{}", i + 1),
+            zone: zone_name(i % zones),
+            labels: opts.node_labels.clone(),
+            taints: opts.node_taints.clone(),
+            cpu: opts.node_cpu.clone(),
+            memory: opts.node_memory.clone(),
+            pods: opts.node_pods,
+        })
+        .collect()
+}
+
 /// A running environment.
 pub struct Env {
     client: Client,
     control_plane: Option<ControlPlane>,
+    kubelets: Option<Kubelets>,
+    network: Option<Arc<Network>>,
+    bridge: String,
     dir: PathBuf,
+    node_names: Vec<String>,
+    // Dropped last: the directory, then the slot lock.
     _tempdir: Option<tempfile::TempDir>,
     _slot: Slot,
-    node_names: Vec<String>,
 }
 
 impl std::fmt::Debug for Env {
@@ -101,26 +142,83 @@ impl Env {
                 (t.path().to_path_buf(), Some(t))
             }
         };
-        if opts.kubelets || opts.nodes > 0 {
-            anyhow::bail!("nodes and process pods are not wired into Env yet");
-        }
+        let bridge = slot.bridge();
+        std::fs::write(dir.join("bridge"), &bridge)?;
+        let with_pods = opts.kubelets && opts.nodes > 0;
+        let network = if with_pods {
+            // A crashed run that held this slot may have left its bridge.
+            let _ = runtime::cleanup_leftovers(&dir, &bridge);
+            let cidr = opts.pod_cidr.unwrap_or_else(|| slot.pod_cidr());
+            let cfg = NetworkConfig {
+                bridge: bridge.clone(),
+                cidr,
+            };
+            Some(Arc::new(
+                tokio::task::spawn_blocking(move || Network::create(cfg)).await??,
+            ))
+        } else {
+            None
+        };
         let control_plane = ControlPlane::start(ControlPlaneConfig {
             dir: dir.clone(),
             binaries,
-            advertise_ip: None,
+            advertise_ip: network.as_ref().map(|n| n.gateway()),
             controllers: opts.controllers,
         })
         .await?;
         let client = client_from_kubeconfig(control_plane.kubeconfig()).await?;
-        tracing::info!(elapsed_ms = t0.elapsed().as_millis() as u64, dir = %dir.display(), "localkube ready");
+        let nodes = if with_pods { node_specs(&opts) } else { Vec::new() };
+        let node_names = nodes.iter().map(|n| n.name.clone()).collect();
+        let kubelets = match &network {
+            Some(network) => {
+                let images_dir = dir.join("images");
+                let images = match &opts.image_table {
+                    Some(file) => ImageTable::from_file(file, &bin_dir(), &images_dir)?,
+                    None => ImageTable::default_table(&bin_dir(), &images_dir)?,
+                };
+                Some(
+                    Kubelets::start(KubeletConfig {
+                        client: client.clone(),
+                        nodes,
+                        state_dir: dir.join("kubelet"),
+                        network: network.clone(),
+                        images,
+                        api_host: control_plane.api_host.clone(),
+                        api_port: control_plane.apiserver_port,
+                        storage_class: STORAGE_CLASS.to_string(),
+                    })
+                    .await?,
+                )
+            }
+            None => None,
+        };
+        tracing::info!(
+            elapsed_ms = t0.elapsed().as_millis() as u64,
+            dir = %dir.display(),
+            "localkube ready"
+        );
         Ok(Env {
             client,
             control_plane: Some(control_plane),
+            kubelets,
+            network,
+            bridge,
             dir,
+            node_names,
             _tempdir: tempdir,
             _slot: slot,
-            node_names: Vec::new(),
         })
+    }
+
+    /// Fault injection (kill/pause containers, cut pod networks, stop nodes).
+    /// `None` for an environment without pods.
+    pub fn faults(&self) -> Option<Faults> {
+        self.kubelets.as_ref().map(|k| k.faults())
+    }
+
+    /// The pod network's gateway (the host's address on the pod bridge).
+    pub fn gateway(&self) -> Option<std::net::Ipv4Addr> {
+        self.network.as_ref().map(|n| n.gateway())
     }
 
     /// An admin client.
@@ -150,9 +248,30 @@ impl Env {
 
     /// Stops everything and removes what the environment created.
     pub async fn stop(mut self) {
+        if let Some(k) = self.kubelets.take() {
+            k.shutdown().await;
+        }
         if let Some(cp) = self.control_plane.take() {
             cp.stop().await;
         }
+        self.cleanup();
+    }
+
+    fn cleanup(&mut self) {
+        if let Some(network) = self.network.take() {
+            let _ = network.teardown();
+            if let Err(e) = runtime::cleanup_leftovers(&self.dir, &self.bridge) {
+                tracing::warn!(error = %e, "cleanup of the environment failed");
+            }
+        }
+    }
+}
+
+impl Drop for Env {
+    /// A dropped (not stopped) environment still removes its processes,
+    /// namespaces, bridge and mounts; control-plane processes are killed.
+    fn drop(&mut self) {
+        self.cleanup();
     }
 }
 

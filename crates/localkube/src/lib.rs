@@ -8,6 +8,7 @@ pub mod binaries;
 pub mod certs;
 pub mod controlplane;
 pub mod env;
+pub mod kubelet;
 pub mod runtime;
 pub mod slot;
 
@@ -21,5 +22,11 @@ pub fn down(dir: &std::path::Path) {
     let killed = controlplane::kill_recorded(&dir.join("logs"), &marker);
     if !killed.is_empty() {
         tracing::info!(?killed, "killed leftover control-plane processes");
+    }
+    if let Ok(bridge) = std::fs::read_to_string(dir.join("bridge")) {
+        match runtime::cleanup_leftovers(dir, bridge.trim()) {
+            Ok(report) => tracing::info!(?report, "removed leftovers"),
+            Err(e) => tracing::warn!(error = %e, "cleanup failed"),
+        }
     }
 }
