@@ -166,6 +166,52 @@ mod tests {
         assert_eq!(j2[1].slot_ranges, vec![SlotRange { start: 0, end: 99 }]);
     }
 
+    /// Raw replies of Valkey 9.1.2 for `CLUSTER MIGRATESLOTS SLOTSRANGE 0 8000` of ~1M keys:
+    /// right after `CLUSTER CANCELSLOTMIGRATIONS` on the source (RESP3) and on the target (RESP2),
+    /// after killing the target mid-snapshot (source, RESP2), and while running (both, RESP3).
+    const CANCELLED_SOURCE: &[u8] = include_bytes!("testdata/mig_cancel3.bin");
+    const CANCELLED_TARGET: &[u8] = include_bytes!("testdata/mig_cancel_target2.bin");
+    const TARGET_KILLED: &[u8] = include_bytes!("testdata/mig_killed2.bin");
+    const RUNNING_SOURCE: &[u8] = include_bytes!("testdata/mig_running3.bin");
+    const RUNNING_TARGET: &[u8] = include_bytes!("testdata/mig_running_target3.bin");
+
+    fn jobs(raw: &[u8]) -> Vec<SlotMigration> {
+        parse_slot_migrations(&redis::parse_redis_value(raw).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn cancelled_failed_and_running_jobs() {
+        let c = jobs(CANCELLED_SOURCE);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].state, MigrationState::Cancelled);
+        assert_eq!(c[0].operation, MigrationOperation::Export);
+        let t = jobs(CANCELLED_TARGET);
+        assert_eq!(t[0].name, c[0].name);
+        assert_eq!(t[0].operation, MigrationOperation::Import);
+        assert_eq!(t[0].state, MigrationState::Failed);
+        assert!(t[0].message.starts_with("Connection lost to source."));
+
+        let k = jobs(TARGET_KILLED);
+        assert_eq!(k.len(), 2);
+        assert_eq!(k[0].state, MigrationState::Failed);
+        assert!(k[0].message.starts_with("Connection lost to target."));
+        assert_eq!(k[0].slot_set().len(), 8001);
+
+        let r = jobs(RUNNING_SOURCE);
+        assert_eq!(r.len(), 3);
+        assert_eq!(
+            r[0].state,
+            MigrationState::InProgress("snapshotting".into())
+        );
+        assert!(r[1..].iter().all(|j| j.state.is_finished()));
+        let rt = jobs(RUNNING_TARGET);
+        assert_eq!(rt[0].name, r[0].name);
+        assert_eq!(
+            rt[0].state,
+            MigrationState::InProgress("receiving-snapshot".into())
+        );
+    }
+
     #[test]
     fn in_progress_states_seen_on_a_real_server() {
         // Observed while polling the job above: waiting-to-snapshot, snapshotting, failover-granted.
