@@ -20,8 +20,12 @@ pub fn bin_dir() -> PathBuf {
     }
     let cache = std::env::var_os("VALKEY_OPERATOR_CACHE")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("valkey-operator")))
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/valkey-operator")))
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("valkey-operator"))
+        })
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/valkey-operator"))
+        })
         .unwrap_or_else(|| PathBuf::from("/root/.cache/valkey-operator"));
     cache.join("bin")
 }

@@ -164,14 +164,7 @@ impl Pki {
             None,
             &ca,
         )?;
-        let scheduler = leaf(
-            dir,
-            "scheduler",
-            "system:kube-scheduler",
-            None,
-            None,
-            &ca,
-        )?;
+        let scheduler = leaf(dir, "scheduler", "system:kube-scheduler", None, None, &ca)?;
 
         let sa = KeyPair::generate()?;
         let sa_key = dir.join("sa.key");

@@ -167,7 +167,11 @@ impl Env {
         })
         .await?;
         let client = client_from_kubeconfig(control_plane.kubeconfig()).await?;
-        let nodes = if with_pods { node_specs(&opts) } else { Vec::new() };
+        let nodes = if with_pods {
+            node_specs(&opts)
+        } else {
+            Vec::new()
+        };
         let node_names = nodes.iter().map(|n| n.name.clone()).collect();
         let kubelets = match &network {
             Some(network) => {
@@ -243,7 +247,10 @@ impl Env {
 
     /// Process ids of the control-plane components.
     pub fn control_plane_pids(&self) -> Vec<(String, u32)> {
-        self.control_plane.as_ref().map(|c| c.pids()).unwrap_or_default()
+        self.control_plane
+            .as_ref()
+            .map(|c| c.pids())
+            .unwrap_or_default()
     }
 
     /// Stops everything and removes what the environment created.
@@ -278,6 +285,7 @@ impl Drop for Env {
 /// Builds a client from a kubeconfig file.
 pub async fn client_from_kubeconfig(path: &Path) -> anyhow::Result<Client> {
     let kubeconfig = Kubeconfig::read_from(path)?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     Ok(Client::try_from(config)?)
 }

@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "localkube", version, about = "A real Kubernetes control plane with process-backed pods")]
+#[command(
+    name = "localkube",
+    version,
+    about = "A real Kubernetes control plane with process-backed pods"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -43,7 +43,9 @@ impl Slot {
         let file = File::create(dir.join(format!("{index}.lock")))?;
         Flock::lock(file, FlockArg::LockExclusiveNonblock)
             .map(|lock| Slot { index, _lock: lock })
-            .map_err(|(_, e)| std::io::Error::other(format!("localkube slot {index} is in use: {e}")))
+            .map_err(|(_, e)| {
+                std::io::Error::other(format!("localkube slot {index} is in use: {e}"))
+            })
     }
 
     /// Bridge name of this slot's environment.
@@ -53,7 +55,6 @@ impl Slot {
 
     /// Pod CIDR of this slot's environment.
     pub fn pod_cidr(&self) -> ipnet::Ipv4Net {
-        ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(10, 244, self.index, 0), 24)
-            .unwrap_or_default()
+        ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(10, 244, self.index, 0), 24).unwrap_or_default()
     }
 }

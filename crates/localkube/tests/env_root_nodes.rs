@@ -48,9 +48,13 @@ async fn root_env_starts_six_ready_nodes_and_tears_down_cleanly() -> anyhow::Res
     let bridge = std::fs::read_to_string(env.dir().join("bridge"))?;
     let dir = env.dir().to_path_buf();
     env.stop().await;
-    let links = std::process::Command::new("ip").args(["-o", "link"]).output()?;
+    let links = std::process::Command::new("ip")
+        .args(["-o", "link"])
+        .output()?;
     assert!(!String::from_utf8_lossy(&links.stdout).contains(bridge.trim()));
-    let netns = std::process::Command::new("ip").args(["netns", "list"]).output()?;
+    let netns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()?;
     assert!(!String::from_utf8_lossy(&netns.stdout).contains(&format!("{}-", bridge.trim())));
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
     assert!(!mounts.contains(&dir.display().to_string()));

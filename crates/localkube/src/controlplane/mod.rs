@@ -78,7 +78,10 @@ impl ControlPlane {
         std::fs::create_dir_all(&pki_dir)?;
         std::fs::create_dir_all(&logs)?;
         let extra: Vec<IpAddr> = cfg.advertise_ip.iter().map(|ip| IpAddr::V4(*ip)).collect();
-        let pki = Pki::generate(&pki_dir, &ServingNames::apiserver(&extra, IpAddr::V4(SERVICE_IP)))?;
+        let pki = Pki::generate(
+            &pki_dir,
+            &ServingNames::apiserver(&extra, IpAddr::V4(SERVICE_IP)),
+        )?;
         let http = reqwest::Client::builder()
             .danger_accept_invalid_certs(true)
             .timeout(Duration::from_secs(2))
@@ -102,8 +105,19 @@ impl ControlPlane {
             s("--log-level=warn"),
             s("--quota-backend-bytes=4294967296"),
         ];
-        let mut etcd = Component::spawn("etcd", &cfg.binaries.etcd, &etcd_args, &logs.join("etcd.log"))?;
-        wait_healthy(&http, &mut etcd, &format!("{etcd_url}/health"), Duration::from_secs(30)).await?;
+        let mut etcd = Component::spawn(
+            "etcd",
+            &cfg.binaries.etcd,
+            &etcd_args,
+            &logs.join("etcd.log"),
+        )?;
+        wait_healthy(
+            &http,
+            &mut etcd,
+            &format!("{etcd_url}/health"),
+            Duration::from_secs(30),
+        )
+        .await?;
         components.push(etcd);
 
         // kube-apiserver
@@ -124,7 +138,10 @@ impl ControlPlane {
             format!("--client-ca-file={}", pki.ca_cert.display()),
             s("--service-account-issuer=https://kubernetes.default.svc.cluster.local"),
             format!("--service-account-key-file={}", pki.sa_pub.display()),
-            format!("--service-account-signing-key-file={}", pki.sa_key.display()),
+            format!(
+                "--service-account-signing-key-file={}",
+                pki.sa_key.display()
+            ),
             format!("--service-cluster-ip-range={SERVICE_CIDR}"),
             s("--authorization-mode=Node,RBAC"),
             s("--allow-privileged=true"),
@@ -138,7 +155,13 @@ impl ControlPlane {
             &logs.join("kube-apiserver.log"),
         )?;
         let api_url = format!("https://127.0.0.1:{api_port}");
-        wait_healthy(&http, &mut apiserver, &format!("{api_url}/readyz"), Duration::from_secs(90)).await?;
+        wait_healthy(
+            &http,
+            &mut apiserver,
+            &format!("{api_url}/readyz"),
+            Duration::from_secs(90),
+        )
+        .await?;
         components.push(apiserver);
 
         let kubeconfig = dir.join("kubeconfig");
@@ -181,7 +204,10 @@ impl ControlPlane {
                 s("--leader-elect=false"),
                 s("--controllers=*"),
                 s("--use-service-account-credentials=true"),
-                format!("--service-account-private-key-file={}", pki.sa_key.display()),
+                format!(
+                    "--service-account-private-key-file={}",
+                    pki.sa_key.display()
+                ),
                 format!("--root-ca-file={}", pki.ca_cert.display()),
                 format!("--cluster-signing-cert-file={}", pki.ca_cert.display()),
                 format!("--cluster-signing-key-file={}", pki.ca_key.display()),

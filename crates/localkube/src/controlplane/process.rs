@@ -67,7 +67,10 @@ impl Component {
                 nix::unistd::Pid::from_raw(pid as i32),
                 nix::sys::signal::Signal::SIGTERM,
             );
-            if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
+            if tokio::time::timeout(grace, self.child.wait())
+                .await
+                .is_err()
+            {
                 let _ = self.child.kill().await;
             }
         }
