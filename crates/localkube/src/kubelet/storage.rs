@@ -285,6 +285,19 @@ impl Controller {
         let ns = pvc.namespace().unwrap_or_default();
         let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
         let now = Timestamp::now().to_string();
+        // Conditions of others (e.g. `Unused`) are kept; ours are replaced.
+        let others: Vec<serde_json::Value> = status
+            .conditions
+            .iter()
+            .flatten()
+            .filter(|c| c.type_ != "Resizing" && c.type_ != "FileSystemResizePending")
+            .filter_map(|c| serde_json::to_value(c).ok())
+            .collect();
+        let with = |extra: Option<serde_json::Value>| -> serde_json::Value {
+            let mut all = others.clone();
+            all.extend(extra);
+            serde_json::Value::Array(all)
+        };
         let pv_capacity = pv
             .spec
             .as_ref()
@@ -295,7 +308,7 @@ impl Controller {
         if bytes(&pv_capacity) < bytes(&requested) {
             // Controller-side expansion.
             let patch = json!({"status": {
-                "conditions": [{"type": "Resizing", "status": "True", "lastTransitionTime": now}],
+                "conditions": with(Some(json!({"type": "Resizing", "status": "True", "lastTransitionTime": now}))),
                 "allocatedResources": {"storage": requested},
                 "allocatedResourceStatuses": {"storage": "ControllerResizeInProgress"},
             }});
@@ -310,10 +323,10 @@ impl Controller {
             pvs.patch(&pv_name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             let patch = json!({"status": {
-                "conditions": [{
+                "conditions": with(Some(json!({
                     "type": "FileSystemResizePending", "status": "True", "lastTransitionTime": now,
                     "message": "Waiting for user to (re-)start a pod to finish file system resize of volume on node.",
-                }],
+                }))),
                 "allocatedResourceStatuses": {"storage": "NodeResizePending"},
             }});
             pvcs.patch_status(
@@ -357,7 +370,7 @@ impl Controller {
         }
         let patch = json!({"status": {
             "capacity": {"storage": requested},
-            "conditions": null,
+            "conditions": with(None),
             "allocatedResourceStatuses": null,
             "allocatedResources": {"storage": requested},
         }});
