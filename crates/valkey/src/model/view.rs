@@ -645,6 +645,42 @@ mod tests {
     }
 
     #[test]
+    fn active_migrations_deduplicated_across_source_and_target() {
+        let jobs = |raw: &[u8]| {
+            crate::model::migrations::parse_slot_migrations(&redis::parse_redis_value(raw).unwrap())
+                .unwrap()
+        };
+        let mut obs = healthy();
+        // Real replies of a running job, from its source and its target.
+        if let Some(Ok(o)) = obs.get_mut("127.0.0.1:17001") {
+            o.migrations = jobs(include_bytes!("testdata/mig_running3.bin"));
+        }
+        if let Some(Ok(o)) = obs.get_mut("127.0.0.1:17002") {
+            o.migrations = jobs(include_bytes!("testdata/mig_running_target3.bin"));
+        }
+        let v = ClusterView::new(obs);
+        let active = v.active_migrations();
+        assert_eq!(active.len(), 1);
+        assert_eq!(active[0].name, "610a0268aff75a7f83955ce80f66b6ea26473808");
+    }
+
+    #[test]
+    fn min_version_over_reachable_nodes() {
+        let mut obs = healthy();
+        for (addr, v) in [("127.0.0.1:17001", "9.1.2"), ("127.0.0.1:17002", "8.0.1")] {
+            if let Some(Ok(o)) = obs.get_mut(addr) {
+                o.server = Some(
+                    ServerInfo::parse(&format!("redis_version:7.2.4\nvalkey_version:{v}\n"))
+                        .unwrap(),
+                );
+            }
+        }
+        let v = ClusterView::new(obs);
+        assert_eq!(v.min_version(), Some(Version::new(8, 0, 1)));
+        assert!(!v.min_version().unwrap().has_atomic_slot_migration());
+    }
+
+    #[test]
     fn open_slots_reported() {
         let migrating = "63dccb26d7f0abe3f77e9b44ae52c2d200a81e08 127.0.0.1:17001@27001 myself,master - 0 0 1 connected 100-5460 [100->-89e2f936388011977285e48761f38f4c321dde86]";
         let mut obs = healthy();

@@ -8,5 +8,5 @@ pub use failover::{
     FailbackBlocker, FailbackStep, MemberState, ReplicaCandidate, ShardPlacement,
     choose_failover_target, plan_failback,
 };
-pub use initial::initial_assignment;
+pub use initial::{assign_unassigned, initial_assignment};
 pub use rebalance::{RebalancePlan, SlotMove, minimum_moves, plan_rebalance};
