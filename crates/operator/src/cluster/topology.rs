@@ -294,12 +294,18 @@ pub fn next_step(desired: Desired, members: &[Member]) -> Option<Step> {
 pub fn analyze(desired: Desired, members: &[Member]) -> (TopologyFacts, Vec<ShardStatus>) {
     let mut facts = TopologyFacts::default();
     let mut shards = Vec::new();
-    let Some(seed_m) = seed(members) else {
+    let Some(seed_view) = seed(members)
+        .and_then(|m| m.view.as_ref())
+        .map(|v| &v.nodes)
+    else {
+        // Nothing reachable: every shard is missing (entries are still listed, so the status
+        // stays comparable from pass to pass).
         facts.missing_shards = desired.shards;
         facts.missing_replicas = desired.shards * desired.replicas;
-        return (facts, shards);
-    };
-    let Some(seed_view) = seed_m.view.as_ref().map(|v| &v.nodes) else {
+        shards.extend((0..desired.shards).map(|index| ShardStatus {
+            index,
+            ..ShardStatus::default()
+        }));
         return (facts, shards);
     };
     let seed_id = seed_view.myself().map(|m| m.id.clone()).unwrap_or_default();
@@ -646,7 +652,8 @@ mod tests {
             x.view = None;
         }
         assert_eq!(next_step(D31, &m), None);
-        let (facts, _) = analyze(D31, &m);
+        let (facts, shards) = analyze(D31, &m);
         assert_eq!(facts.missing_shards, 3);
+        assert_eq!(shards.len(), 3);
     }
 }
