@@ -387,6 +387,22 @@ f37cb46bde8dee39094535ea21e2d78fb5e8fddb 127.0.0.1:17101@27101,host-17101.exampl
 6e829d989e06a0f65eedfba61215b934090863ec 127.0.0.1:17102@27102,host-17102.example master - 0 1796209207462 1 connected 8192-16383
 ";
 
+    /// Real output of Valkey 8.0.1 serving only TLS (`--port 0 --tls-port 17301 --tls-cluster yes`):
+    /// the TLS port is printed as the node port.
+    const NODES_V8_TLS: &str = "\
+6b70b29860b0a6b117ce9d97bca8571f0b21f4cf 127.0.0.1:17302@27302 slave 30164a1b943764bcf639e03cc3eca01508506a26 0 1796209679048 1 connected
+30164a1b943764bcf639e03cc3eca01508506a26 127.0.0.1:17301@27301 myself,master - 0 0 1 connected 0-16383
+";
+
+    #[test]
+    fn parses_valkey8_tls_output() {
+        let t = ClusterNodes::parse(NODES_V8_TLS).unwrap();
+        let me = t.myself().unwrap();
+        assert_eq!(me.addr.port, 17301);
+        assert!(me.slot_set().is_full());
+        assert_eq!(t.replicas_of(&me.id).count(), 1);
+    }
+
     #[test]
     fn parses_hostnames_and_handshake() {
         let t = ClusterNodes::parse(NODES_HOSTNAME_HANDSHAKE).unwrap();

@@ -56,8 +56,8 @@ pub struct ShardNode {
 /// One shard: its slot ranges and members.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shard {
-    /// Shard id (40 hex characters).
-    pub id: String,
+    /// Shard id (40 hex characters); Valkey 8.0 does not report one.
+    pub id: Option<String>,
     /// Slot ranges served by the shard.
     pub slots: Vec<SlotRange>,
     /// Members (primary and replicas).
@@ -143,7 +143,7 @@ fn parse_shard(v: &Value) -> Result<Shard, ParseError> {
         .map(parse_node)
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Shard {
-        id: req_string(&pairs, "id")?,
+        id: opt_string(&pairs, "id"),
         slots,
         nodes,
     })
@@ -172,7 +172,7 @@ mod tests {
         assert_eq!(shards.len(), 3);
         let s = shards
             .iter()
-            .find(|s| s.id == "232e0bd9216be9ec3dac1d1759af0d6f2567eb68")
+            .find(|s| s.id.as_deref() == Some("232e0bd9216be9ec3dac1d1759af0d6f2567eb68"))
             .unwrap();
         assert_eq!(s.slot_set().to_string(), "0-999 3000-3499 3601-5460");
         assert_eq!(s.nodes.len(), 2);
@@ -224,6 +224,24 @@ mod tests {
         assert_eq!(p.hostname.as_deref(), Some("host-17101.example"));
         assert_eq!(p.ip.as_deref(), Some("127.0.0.1"));
         assert_eq!(shards[0].slot_set().to_string(), "0-8191");
+    }
+
+    /// Raw RESP2 reply of Valkey 8.0.1 serving only TLS (`--port 0 --tls-port`), one primary
+    /// and one replica: members have `tls-port` and no `port`, and the shard has no `id`.
+    const RESP2_TLS_V8: &[u8] = include_bytes!("testdata/shards_tls2.bin");
+
+    #[test]
+    fn parses_valkey8_tls_only_reply() {
+        let v = redis::parse_redis_value(RESP2_TLS_V8).unwrap();
+        let shards = parse_cluster_shards(&v).unwrap();
+        assert_eq!(shards.len(), 1);
+        assert_eq!(shards[0].id, None);
+        assert!(shards[0].slot_set().is_full());
+        let p = shards[0].primary().unwrap();
+        assert_eq!(p.id, "30164a1b943764bcf639e03cc3eca01508506a26");
+        assert_eq!((p.port, p.tls_port), (None, Some(17301)));
+        let r: Vec<_> = shards[0].replicas().collect();
+        assert_eq!(r[0].tls_port, Some(17302));
     }
 
     #[test]
