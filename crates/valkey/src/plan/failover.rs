@@ -110,6 +110,78 @@ pub fn plan_failback<S: Clone, N: Clone + PartialEq>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn failover_choice_is_best_synced_and_order_independent(
+            raw in proptest::collection::vec((0u8..20, any::<bool>(), 0i64..50), 0..12),
+            rotate in 0usize..12,
+        ) {
+            let cands: Vec<ReplicaCandidate<u8>> = raw
+                .iter()
+                .map(|(node, synced, offset)| ReplicaCandidate { node: *node, synced: *synced, offset: *offset })
+                .collect();
+            let chosen = choose_failover_target(&cands).cloned();
+            let mut rotated = cands.clone();
+            if !rotated.is_empty() {
+                let k = rotate % rotated.len();
+                rotated.rotate_left(k);
+            }
+            rotated.reverse();
+            prop_assert_eq!(choose_failover_target(&rotated).cloned(), chosen.clone());
+            match chosen {
+                None => prop_assert!(cands.iter().all(|c| !c.synced)),
+                Some(c) => {
+                    prop_assert!(c.synced);
+                    for o in cands.iter().filter(|o| o.synced) {
+                        prop_assert!(o.offset < c.offset || (o.offset == c.offset && o.node >= c.node));
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn failback_only_promotes_synced_replicas_of_the_current_primary(
+            shards in proptest::collection::vec(
+                proptest::collection::vec((any::<bool>(), 0u8..4, any::<bool>()), 1..4),
+                0..5,
+            ),
+        ) {
+            let placements: Vec<ShardPlacement<usize, (usize, u8)>> = shards
+                .iter()
+                .enumerate()
+                .map(|(si, members)| ShardPlacement {
+                    shard: si,
+                    intended_primary: (si, 0),
+                    members: members
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (is_primary, follow, synced))| MemberState {
+                            node: (si, i as u8),
+                            is_primary: *is_primary,
+                            following: (!is_primary).then_some((si, *follow)),
+                            synced: *synced,
+                        })
+                        .collect(),
+                })
+                .collect();
+            match plan_failback(&placements) {
+                None => prop_assert!(placements.iter().all(|p| failback_for(p).is_err())),
+                Some(step) => {
+                    let p = &placements[step.shard];
+                    prop_assert!(placements[..step.shard].iter().all(|p| failback_for(p).is_err()));
+                    prop_assert_eq!(step.promote, p.intended_primary);
+                    let primaries: Vec<_> = p.members.iter().filter(|m| m.is_primary).collect();
+                    prop_assert_eq!(primaries.len(), 1);
+                    prop_assert_eq!(primaries[0].node, step.current_primary);
+                    let m = p.members.iter().find(|m| m.node == step.promote).unwrap();
+                    prop_assert!(!m.is_primary && m.synced);
+                    prop_assert_eq!(m.following, Some(step.current_primary));
+                }
+            }
+        }
+    }
 
     fn cand(node: &str, synced: bool, offset: i64) -> ReplicaCandidate<String> {
         ReplicaCandidate {
