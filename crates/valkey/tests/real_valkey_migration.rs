@@ -10,11 +10,11 @@ use std::time::Duration;
 use support::*;
 use valkey_ops::client::NodePool;
 use valkey_ops::commands::{self, AtomicMove, migrate};
-use valkey_ops::slots::{Slot, SlotSet};
+use valkey_ops::slots::Slot;
 
 const KEYS: u64 = 100_000;
 
-type Moves = Vec<(String, String, SlotSet)>;
+type Moves = Vec<Move>;
 
 async fn id_map(pool: &NodePool, addrs: &[String]) -> HashMap<String, String> {
     let mut m = HashMap::new();
@@ -94,10 +94,13 @@ async fn scale_out_and_in(flavor: Flavor) {
         addrs[2].clone(),
         addrs[6].clone(),
     ];
-    let moves = plan_moves(&owned_slots(&pool, &addrs[0]).await, &targets);
+    let batches = plan_batches(&owned_slots(&pool, &addrs[0]).await, &targets, 1024);
+    let moves = batches.concat();
     assert_eq!(moves.iter().map(|m| m.2.len()).sum::<usize>(), 4096);
     let t = std::time::Instant::now();
-    execute(flavor, &pool, &moves, &addr_of, &primaries).await;
+    for batch in &batches {
+        execute(flavor, &pool, batch, &addr_of, &primaries).await;
+    }
     eprintln!(
         "{flavor:?}: scale-out migration of 4096 slots took {:?}",
         t.elapsed()
@@ -110,10 +113,12 @@ async fn scale_out_and_in(flavor: Flavor) {
     assert_eq!(total_keys(&pool, &primaries).await, KEYS);
 
     // Scale in: drain the fourth shard straight to the remaining owners.
-    let moves = plan_moves(&owned_slots(&pool, &addrs[0]).await, &ids);
-    assert!(moves.iter().all(|(s, _, _)| *s == new_id));
+    let batches = plan_batches(&owned_slots(&pool, &addrs[0]).await, &ids, 1024);
+    assert!(batches.concat().iter().all(|(s, _, _)| *s == new_id));
     let t = std::time::Instant::now();
-    execute(flavor, &pool, &moves, &addr_of, &primaries).await;
+    for batch in &batches {
+        execute(flavor, &pool, batch, &addr_of, &primaries).await;
+    }
     eprintln!(
         "{flavor:?}: scale-in migration of 4096 slots took {:?}",
         t.elapsed()

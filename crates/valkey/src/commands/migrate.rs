@@ -5,12 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
 use redis::Value;
 use tracing::{debug, info};
 
 use super::{CommandError, Result, cluster_nodes, exec, poll_until, reply_contains};
-use crate::client::NodePool;
+use crate::client::{self, NodeConnection, NodePool};
 use crate::model::ClusterNodes;
 use crate::slots::{Slot, SlotRange, SlotSet};
 
@@ -294,7 +293,7 @@ pub struct KeyMigrationOptions {
     pub batch_keys: usize,
     /// `MIGRATE` I/O timeout on the server.
     pub migrate_timeout: Duration,
-    /// Slots migrated concurrently.
+    /// Slots migrated concurrently (each worker opens its own connections).
     pub parallel_slots: usize,
 }
 
@@ -391,30 +390,40 @@ pub async fn migrate_slot_keys(
         opts,
     };
     let ctx = &ctx;
-    let moved: Vec<u64> = futures::stream::iter(slots.iter().copied())
-        .map(|slot| async move { ctx.migrate_one(slot).await })
-        .buffer_unordered(opts.parallel_slots.max(1))
-        .try_collect()
-        .await?;
-    // Tell the other primaries (gossip would too, but this makes redirects right at once).
-    let others: Vec<&String> = other_addrs
+    // Each worker has its own connections: on Valkey 8 `SETSLOT` blocks its client until the
+    // node's replicas acknowledge, so slots sharing one connection would run one at a time.
+    let workers = opts.parallel_slots.clamp(1, slots.len().max(1));
+    let others: Vec<&str> = other_addrs
         .iter()
+        .map(String::as_str)
         .filter(|a| *a != source_addr && *a != target_addr)
         .collect();
-    let tgt_id = tgt.id.as_str();
-    futures::stream::iter(others.iter().flat_map(|a| slots.iter().map(move |s| (*a, *s))))
-        .for_each_concurrent(opts.parallel_slots.max(1) * 2, |(addr, slot)| async move {
-            let cmd = redis::cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg("NODE")
-                .arg(tgt_id)
-                .to_owned();
-            if let Err(e) = exec(pool, addr, &cmd).await {
-                debug!(addr, slot, error = %e, "SETSLOT NODE on other primary failed (gossip will fix)");
+    let others = &others;
+    let moved: Vec<u64> = futures::future::try_join_all((0..workers).map(|w| async move {
+        let chunk: Vec<Slot> = slots.iter().copied().skip(w).step_by(workers).collect();
+        let cfg = pool.config();
+        let mut src_conn = client::connect(source_addr, cfg).await?;
+        let mut tgt_conn = client::connect(target_addr, cfg).await?;
+        let mut other_conns = Vec::new();
+        for a in others {
+            match client::connect(a, cfg).await {
+                Ok(c) => other_conns.push(c),
+                Err(e) => debug!(addr = a, error = %e, "other primary unreachable (gossip will fix)"),
             }
-        })
-        .await;
+        }
+        let mut n = 0;
+        for slot in chunk {
+            n += ctx.migrate_one(slot, &mut src_conn, &mut tgt_conn).await?;
+            // Tell the other primaries (gossip would too, but this fixes redirects at once).
+            for o in &mut other_conns {
+                if let Err(e) = setslot(o, slot, "NODE", ctx.tgt_id).await {
+                    debug!(addr = o.addr(), slot, error = %e, "SETSLOT NODE on other primary failed (gossip will fix)");
+                }
+            }
+        }
+        Ok::<u64, CommandError>(n)
+    }))
+    .await?;
     let keys = moved.iter().sum();
     info!(
         source = source_addr,
@@ -441,21 +450,26 @@ struct SlotCtx<'a> {
     opts: &'a KeyMigrationOptions,
 }
 
-impl SlotCtx<'_> {
-    async fn setslot(&self, addr: &str, slot: Slot, state: &str, id: &str) -> Result<()> {
-        exec(
-            self.pool,
-            addr,
+async fn setslot(conn: &mut NodeConnection, slot: Slot, state: &str, id: &str) -> Result<()> {
+    let _: Value = conn
+        .query(
             redis::cmd("CLUSTER")
                 .arg("SETSLOT")
                 .arg(slot)
                 .arg(state)
                 .arg(id),
         )
-        .await
-    }
+        .await?;
+    Ok(())
+}
 
-    async fn migrate_one(&self, slot: Slot) -> Result<u64> {
+impl SlotCtx<'_> {
+    async fn migrate_one(
+        &self,
+        slot: Slot,
+        src_conn: &mut NodeConnection,
+        tgt_conn: &mut NodeConnection,
+    ) -> Result<u64> {
         let src_owns = self.src_slots.contains(slot);
         let tgt_owns = self.tgt_slots.contains(slot);
         let src_migrating = self.src_migrating.get(&slot).map(String::as_str);
@@ -470,34 +484,30 @@ impl SlotCtx<'_> {
             return Ok(0); // already done
         }
         if !tgt_owns && tgt_importing != Some(self.src_id) {
-            self.setslot(self.target_addr, slot, "IMPORTING", self.src_id)
-                .await?;
+            setslot(tgt_conn, slot, "IMPORTING", self.src_id).await?;
         }
         if src_owns && src_migrating != Some(self.tgt_id) {
-            self.setslot(self.source_addr, slot, "MIGRATING", self.tgt_id)
-                .await?;
+            setslot(src_conn, slot, "MIGRATING", self.tgt_id).await?;
         }
         let moved = if src_owns || src_migrating.is_some() {
-            self.move_keys(slot).await?
+            self.move_keys(slot, src_conn).await?
         } else {
             0
         };
         if !tgt_owns || tgt_importing.is_some() {
-            self.setslot(self.target_addr, slot, "NODE", self.tgt_id)
-                .await?;
+            setslot(tgt_conn, slot, "NODE", self.tgt_id).await?;
         }
         if src_owns || src_migrating.is_some() {
-            self.setslot(self.source_addr, slot, "NODE", self.tgt_id)
-                .await?;
+            setslot(src_conn, slot, "NODE", self.tgt_id).await?;
         }
         debug!(slot, moved, "slot migrated");
         Ok(moved)
     }
 
-    async fn move_keys(&self, slot: Slot) -> Result<u64> {
+    async fn move_keys(&self, slot: Slot, src_conn: &NodeConnection) -> Result<u64> {
         let cfg = self.pool.config();
-        let conn = self.pool.connection(self.source_addr).await?;
-        let mut conn = conn.with_response_timeout(self.opts.migrate_timeout + cfg.response_timeout);
+        let mut conn =
+            src_conn.with_response_timeout(self.opts.migrate_timeout + cfg.response_timeout);
         let timeout_ms = u64::try_from(self.opts.migrate_timeout.as_millis()).unwrap_or(u64::MAX);
         let mut moved = 0u64;
         loop {

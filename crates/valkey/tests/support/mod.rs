@@ -303,16 +303,9 @@ pub fn pool_for(user: &str, password: &str, tls: Option<&TlsFiles>) -> NodePool 
     NodePool::new(cfg)
 }
 
-/// Balanced contiguous ranges for `n` primaries (local helper for the harness).
+/// Balanced contiguous ranges for `n` primaries (the crate's initial-assignment planner).
 pub fn split_slots(n: usize) -> Vec<SlotRange> {
-    let n16 = n as u32;
-    (0..n16)
-        .map(|i| {
-            let start = (u32::from(SLOT_COUNT) * i / n16) as Slot;
-            let end = (u32::from(SLOT_COUNT) * (i + 1) / n16 - 1) as Slot;
-            SlotRange::new(start, end).unwrap()
-        })
-        .collect()
+    valkey_ops::plan::initial_assignment(n).unwrap()
 }
 
 /// Polls until `f` returns `Some` (panics after `timeout`).
@@ -525,52 +518,33 @@ pub fn init_tracing() {
         .try_init();
 }
 
-/// Slot moves `(source id, target id, slots)` that rebalance `owned` (id → slots) onto
-/// `targets` (balanced ±1), taking the highest slots of each source and moving each slot
-/// once, straight to its final owner (local helper for the harness).
-pub fn plan_moves(
+/// A slot move `(source id, target id, slots)`.
+pub type Move = (String, String, valkey_ops::slots::SlotSet);
+
+/// Batches of independent moves from the crate's rebalance planner that balance `owned`
+/// (id → slots) onto `targets`.
+pub fn plan_batches(
     owned: &[(String, valkey_ops::slots::SlotSet)],
     targets: &[String],
-) -> Vec<(String, String, valkey_ops::slots::SlotSet)> {
-    use valkey_ops::slots::SlotSet;
-    let n = targets.len();
-    let want = |i: usize| 16384 / n + usize::from(i < 16384 % n);
-    let mut give: Vec<(String, Vec<Slot>)> = Vec::new();
-    let mut need: Vec<(String, usize)> = Vec::new();
-    let owned_map: BTreeMap<&str, &SlotSet> = owned.iter().map(|(i, s)| (i.as_str(), s)).collect();
-    for (i, t) in targets.iter().enumerate() {
-        let have = owned_map.get(t.as_str()).map_or(0, |s| s.len());
-        if have < want(i) {
-            need.push((t.clone(), want(i) - have));
-        } else if have > want(i) {
-            let slots: Vec<Slot> = owned_map[t.as_str()].iter().collect();
-            give.push((t.clone(), slots[want(i)..].to_vec()));
-        }
-    }
-    for (id, s) in owned {
-        if !targets.contains(id) && !s.is_empty() {
-            give.push((id.clone(), s.iter().collect()));
-        }
-    }
-    let mut moves: BTreeMap<(String, String), SlotSet> = BTreeMap::new();
-    let mut need_iter = need.into_iter().filter(|(_, k)| *k > 0);
-    let mut cur = need_iter.next();
-    for (src, slots) in give {
-        for s in slots {
-            let Some((dst, left)) = cur.as_mut() else {
-                break;
-            };
-            moves
-                .entry((src.clone(), dst.clone()))
-                .or_default()
-                .insert(s);
-            *left -= 1;
-            if *left == 0 {
-                cur = need_iter.next();
-            }
-        }
-    }
-    moves.into_iter().map(|((s, d), set)| (s, d, set)).collect()
+    max_slots_per_batch: usize,
+) -> Vec<Vec<Move>> {
+    let current: std::collections::BTreeMap<String, valkey_ops::slots::SlotSet> =
+        owned.iter().cloned().collect();
+    let targets: std::collections::BTreeSet<String> = targets.iter().cloned().collect();
+    let plan = valkey_ops::plan::plan_rebalance(&current, &targets, max_slots_per_batch).unwrap();
+    plan.batches
+        .into_iter()
+        .map(|b| {
+            b.into_iter()
+                .map(|m| (m.source, m.target, m.slots))
+                .collect()
+        })
+        .collect()
+}
+
+/// All moves of the planner's plan (one per source/target pair).
+pub fn plan_moves(owned: &[(String, valkey_ops::slots::SlotSet)], targets: &[String]) -> Vec<Move> {
+    plan_batches(owned, targets, 16384).concat()
 }
 
 /// Slots owned per primary id, from one node's view.
