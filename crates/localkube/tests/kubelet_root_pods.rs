@@ -149,6 +149,27 @@ async fn kubelet_root_pod_lifecycle() {
     assert!(cs.ready && cs.started == Some(true) && cs.container_id.is_some());
     assert_eq!(cs.image, "valkey/valkey:9.0.0");
 
+    // --- Kubelet events.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        "Pulled/Created/Started events",
+        Duration::from_secs(20),
+        || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            let reasons: Vec<String> = list
+                .items
+                .iter()
+                .filter(|e| e.involved_object.name.as_deref() == Some("v1"))
+                .filter_map(|e| e.reason.clone())
+                .collect();
+            ["Scheduled", "Pulled", "Created", "Started"]
+                .iter()
+                .all(|r| reasons.iter().any(|x| x == r))
+                .then_some(())
+        },
+    )
+    .await;
+
     // --- A killed process restarts and restartCount increments.
     env.faults()
         .unwrap()
@@ -375,12 +396,20 @@ async fn kubelet_root_pod_lifecycle() {
     };
     pods.create(
         &PostParams::default(),
-        &writer("w1", "echo persisted-$(date +%s) > /data/file; sleep 3600"),
+        &writer(
+            "w1",
+            "echo persisted-$(date +%s) > /data/file && sync && echo WROTE; sleep 3600",
+        ),
     )
     .await
     .unwrap();
-    wait_for("w1 Ready", Duration::from_secs(60), || async {
+    let w1 = wait_for("w1 Ready", Duration::from_secs(60), || async {
         pods.get("w1").await.ok().filter(pod_ready)
+    })
+    .await;
+    wait_for("w1 wrote", Duration::from_secs(10), || {
+        let log = log_of(&dir, &w1, "main", 0);
+        async move { log.contains("WROTE").then_some(()) }
     })
     .await;
     let bound = pvcs.get("data").await.unwrap();

@@ -82,6 +82,18 @@ impl Supervisor {
         list.into_iter().nth(self.index)
     }
 
+    fn event(&self, warning: bool, reason: &str, note: String) {
+        let name = self.container().map(|c| c.name);
+        self.shared.events.emit(
+            &self.pod.node,
+            &self.pod(),
+            name.as_deref(),
+            warning,
+            reason,
+            note,
+        );
+    }
+
     fn is_sidecar(&self) -> bool {
         self.init
             && self
@@ -242,6 +254,21 @@ async fn run_once(
             } else {
                 format!("Back-off pulling image {image_name:?}: {e}")
             };
+            if reason == "ErrImagePull" {
+                sup.event(
+                    true,
+                    "Failed",
+                    format!("Failed to pull image {image_name:?}: {e}"),
+                );
+                sup.event(true, "Failed", "Error: ErrImagePull".into());
+            } else {
+                sup.event(
+                    false,
+                    "BackOff",
+                    format!("Back-off pulling image {image_name:?}"),
+                );
+                sup.event(true, "Failed", "Error: ImagePullBackOff".into());
+            }
             sup.update(|s| s.state = waiting(reason, Some(msg)));
             return Outcome::NotStarted { image_pull: true };
         }
@@ -263,10 +290,16 @@ async fn run_once(
     ) {
         Ok(e) => e,
         Err(e) => {
+            sup.event(true, "Failed", format!("Error: {e}"));
             sup.update(|s| s.state = waiting("CreateContainerConfigError", Some(e.to_string())));
             return Outcome::NotStarted { image_pull: false };
         }
     };
+    sup.event(
+        false,
+        "Pulled",
+        format!("Container image {image_name:?} already present on machine"),
+    );
     let (command, args) = expand_command(&c, &env);
     let argv = image.argv(&command, &args);
     if argv.is_empty() {
@@ -317,10 +350,13 @@ async fn run_once(
     let running = match spawn(&spec) {
         Ok(r) => r,
         Err(e) => {
+            sup.event(true, "Failed", format!("Error: {e}"));
             sup.update(|s| s.state = waiting("RunContainerError", Some(e.to_string())));
             return Outcome::NotStarted { image_pull: false };
         }
     };
+    sup.event(false, "Created", format!("Created container: {}", c.name));
+    sup.event(false, "Started", format!("Started container {}", c.name));
     let container_id = format!("localkube://{id}");
     let started_at = Time(Timestamp::now());
     let has_startup = c.startup_probe.is_some();
@@ -363,6 +399,7 @@ async fn run_once(
         .await
     {
         tracing::info!(container = c.name, error = %e, "FailedPostStartHook");
+        sup.event(true, "FailedPostStartHook", e.clone());
         let status = terminate(
             &running,
             &c,
@@ -390,11 +427,19 @@ async fn run_once(
         s = running.wait() => s,
         Some((reason, probe)) = kill_rx.recv() => {
             tracing::info!(container = c.name, reason, "killing container");
+            let what = if reason.starts_with("Startup") { "startup" } else { "liveness" };
+            sup.event(true, "Unhealthy", reason.clone());
+            sup.event(
+                false,
+                "Killing",
+                format!("Container {} failed {what} probe, will be restarted", c.name),
+            );
             let grace = termination_grace(&sup.pod(), probe.as_ref());
             terminate(&running, &c, &full_env, &pod_ip, grace).await
         }
         _ = wait_stop(stop) => {
             stopped = true;
+            sup.event(false, "Killing", format!("Stopping container {}", c.name));
             let grace = termination_grace(&sup.pod(), None);
             terminate(&running, &c, &full_env, &pod_ip, grace).await
         }
@@ -486,6 +531,16 @@ pub(crate) async fn supervise(sup: Supervisor, mut stop: watch::Receiver<bool>) 
                         pod.name_any(),
                         pod.namespace().unwrap_or_default(),
                         sup.pod.uid
+                    );
+                    sup.event(
+                        true,
+                        "BackOff",
+                        format!(
+                            "Back-off restarting failed container {name} in pod {}_{}({})",
+                            pod.name_any(),
+                            pod.namespace().unwrap_or_default(),
+                            sup.pod.uid
+                        ),
                     );
                     sup.update(|s| {
                         if s.state.terminated.is_some() {
@@ -587,7 +642,11 @@ async fn probe_loop(
         tokio::time::sleep(t.initial_delay).await;
         let mut th = Thresholds::default();
         loop {
-            let ok = probe_once(p, &c, &running, &env, &pod_ip).await == ProbeResult::Success;
+            let r = probe_once(p, &c, &running, &env, &pod_ip).await;
+            let ok = r == ProbeResult::Success;
+            if let ProbeResult::Failure(m) = &r {
+                sup.event(true, "Unhealthy", format!("Readiness probe failed: {m}"));
+            }
             if let Some(ready) = th.record(ok, &t)
                 && sup.current().is_some_and(|s| s.ready != ready)
             {

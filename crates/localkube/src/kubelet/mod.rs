@@ -22,6 +22,7 @@ pub mod atomic_writer;
 pub mod backoff;
 mod containers;
 pub mod envvars;
+mod events;
 pub mod expand;
 pub mod fieldpath;
 mod node;
@@ -97,6 +98,7 @@ pub(crate) struct Shared {
     pub service_env: BTreeMap<String, String>,
     pub host_ip: String,
     pub objects: objects::Objects,
+    pub events: events::Events,
     pub nodes: BTreeMap<String, NodeSpec>,
     /// Per node: allocatable resources as quantities.
     pub allocatable: BTreeMap<String, BTreeMap<String, String>>,
@@ -151,6 +153,7 @@ impl Kubelets {
             service_env: envvars::service_env(&cfg.api_host, cfg.api_port),
             host_ip,
             objects,
+            events: events::Events::new(&cfg.client, cfg.nodes.iter().map(|n| &n.name)),
             nodes: cfg
                 .nodes
                 .iter()

@@ -392,6 +392,14 @@ async fn start_pod(
                     Some(format!("failed to create pod sandbox: {e}")),
                 );
                 tracing::warn!(pod = pod.name_any(), error = %e, "sandbox creation failed");
+                shared.events.emit(
+                    &ps.node,
+                    &pod,
+                    None,
+                    true,
+                    "FailedCreatePodSandBox",
+                    format!("Failed to create pod sandbox: {e}"),
+                );
             }
             Err(e) => tracing::warn!(error = %e, "sandbox task failed"),
         }
@@ -427,6 +435,14 @@ async fn start_pod(
             Ok(v) => break v,
             Err(e) => {
                 tracing::info!(pod = pod.name_any(), error = %e, "FailedMount");
+                shared.events.emit(
+                    &ps.node,
+                    &pod,
+                    None,
+                    true,
+                    "FailedMount",
+                    format!("MountVolume.SetUp failed: {e}"),
+                );
                 set_waiting_all(
                     ps,
                     "ContainerCreating",

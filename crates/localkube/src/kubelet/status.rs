@@ -332,6 +332,7 @@ pub fn compute(pod: &Pod, st: &PodRuntimeState, now: &Time) -> PodStatus {
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         qos_class: pod.status.as_ref().and_then(|s| s.qos_class.clone()),
+        observed_generation: pod.metadata.generation,
         ..Default::default()
     }
 }
