@@ -238,6 +238,59 @@ async fn write_read(
     Ok(())
 }
 
+/// Versions of the ValkeyCluster and the objects its controller writes.
+async fn owned_versions(client: &Client, name: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let rv =
+        |k: String, m: &kube::api::ObjectMeta| (k, m.resource_version.clone().unwrap_or_default());
+    let mut out = vec![rv(
+        "vc".into(),
+        &Api::<ValkeyCluster>::namespaced(client.clone(), NS)
+            .get(name)
+            .await?
+            .metadata,
+    )];
+    out.push(rv(
+        "svc".into(),
+        &Api::<Service>::namespaced(client.clone(), NS)
+            .get(&format!("valkey-{name}"))
+            .await?
+            .metadata,
+    ));
+    out.push(rv(
+        "cm".into(),
+        &Api::<ConfigMap>::namespaced(client.clone(), NS)
+            .get(&format!("valkey-{name}-config"))
+            .await?
+            .metadata,
+    ));
+    for s in ["system", "acl"] {
+        out.push(rv(
+            s.into(),
+            &Api::<Secret>::namespaced(client.clone(), NS)
+                .get(&format!("valkey-{name}-{s}"))
+                .await?
+                .metadata,
+        ));
+    }
+    out.push(rv(
+        "pdb".into(),
+        &Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+            .get(&format!("valkey-{name}"))
+            .await?
+            .metadata,
+    ));
+    for vn in Api::<ValkeyNode>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().labels(&format!("valkey.io/cluster={name}")))
+        .await?
+    {
+        out.push((
+            vn.metadata.name.clone().unwrap_or_default(),
+            vn.metadata.generation.unwrap_or_default().to_string(),
+        ));
+    }
+    Ok(out)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_root_3x1_ready_serves_and_recovers() -> anyhow::Result<()> {
     if !is_root() {
@@ -294,6 +347,18 @@ async fn operator_root_3x1_ready_serves_and_recovers() -> anyhow::Result<()> {
     ensure!(status.shards == 3 && status.shard_statuses.len() == 3);
 
     check_topology(&client, name, 3, 1, pw).await?;
+
+    // An idle Ready cluster makes no writes: the ValkeyCluster (status) and every owned object
+    // keep their resourceVersion (ValkeyNodes: their generation, since the node controller
+    // writes their status) for 40 s, past a 30 s Ready requeue.
+    let before = owned_versions(&client, name).await?;
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    let after = owned_versions(&client, name).await?;
+    ensure!(
+        before == after,
+        "idle cluster rewritten:\n{before:?}\n{after:?}"
+    );
+
     let mut conn = cluster_client(&client, name, pw).await?;
     let t = Instant::now();
     write_read(&mut conn, 10_000, "k").await?;

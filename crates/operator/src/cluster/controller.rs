@@ -69,18 +69,24 @@ impl Context {
         }
     }
 
-    fn pool(&self, key: &str, password: &str) -> NodePool {
+    /// The pool of a cluster, recreated when the password or the TLS CA changes. With TLS the
+    /// server certificate is verified against the pod IP (it needs an IP SAN).
+    fn pool(&self, key: &str, password: &str, tls_ca: Option<&[u8]>) -> NodePool {
+        let ca_hash = tls_ca.map(|ca| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(ca)));
+        let fingerprint = format!("{password}\n{}", ca_hash.unwrap_or_default());
         let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((pw, pool)) = pools.get(key)
-            && pw == password
+        if let Some((fp, pool)) = pools.get(key)
+            && *fp == fingerprint
         {
             return pool.clone();
         }
-        let pool = NodePool::new(
-            ClientConfig::new(valkey_ops::commands::acl::OPERATOR_USER, password)
-                .with_timeouts(Duration::from_secs(2), Duration::from_secs(5)),
-        );
-        pools.insert(key.to_owned(), (password.to_owned(), pool.clone()));
+        let mut config = ClientConfig::new(valkey_ops::commands::acl::OPERATOR_USER, password)
+            .with_timeouts(Duration::from_secs(2), Duration::from_secs(5));
+        if let Some(ca) = tls_ca {
+            config = config.with_tls(ca.to_vec(), None);
+        }
+        let pool = NodePool::new(config);
+        pools.insert(key.to_owned(), (fingerprint, pool.clone()));
         pool
     }
 
@@ -275,7 +281,20 @@ async fn reconcile_inner(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Er
     }
 
     // Live views (needed before deleting surplus nodes that may still own slots).
-    let pool = ctx.pool(&key, &passwords.operator);
+    let tls_ca = match spec.tls_secret_name() {
+        Some(n) => secrets
+            .get_opt(n)
+            .await?
+            .and_then(|s| s.data?.get("ca.crt").map(|b| b.0.clone())),
+        None => None,
+    };
+    if spec.tls_secret_name().is_some() && tls_ca.is_none() {
+        apply_error.get_or_insert((
+            reason::SERVICE_ERROR,
+            "the TLS Secret is missing or has no ca.crt".to_owned(),
+        ));
+    }
+    let pool = ctx.pool(&key, &passwords.operator, tls_ca.as_deref());
     let members = observe::members(&pool, &observed_pods).await;
 
     let desired_layout = Desired {
