@@ -1,1 +1,9 @@
-//! ValkeyNode controller (in progress)
+//! The ValkeyNode controller ("dumb infrastructure"): turns each ValkeyNode into its
+//! single-replica StatefulSet or Deployment and PersistentVolumeClaim, and reports the pod's
+//! state in the ValkeyNode's status.
+
+pub mod controller;
+pub mod plan;
+pub mod status;
+
+pub use controller::{FINALIZER, run};

@@ -1,0 +1,335 @@
+//! The ValkeyNode reconcile loop (kube-runtime `Controller`).
+//!
+//! Per ValkeyNode: keep the PVC-cleanup finalizer when `reclaimPolicy: Delete`; create the claim
+//! and grow it when the requested size grows (never shrinks); write the workload only when it
+//! is missing, drifted, or its pod template changed and the roll is authorized (see
+//! [`super::plan::workload_action`]); find the pod; patch the status only when it changed.
+//! Writes use server-side apply with the field manager [`NODE_FIELD_MANAGER`], so an idle node
+//! causes no API writes.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::{debug, info, warn};
+use valkey_api::labels::{self, NODE_FIELD_MANAGER};
+use valkey_api::persistence::ReclaimPolicy;
+use valkey_api::{ValkeyNode, ValkeyNodeStatus};
+
+use super::plan::{ObservedWorkload, WorkloadAction, pvc_request, workload_action};
+use super::status::{Observed, compute_status};
+use crate::render::containers::MergeError;
+use crate::render::names;
+use crate::render::workload::{Workload, pvc, workload};
+
+/// Finalizer that deletes the node's claim when `persistence.reclaimPolicy` is Delete.
+pub const FINALIZER: &str = "valkey.io/pvc-cleanup";
+
+/// Errors of one reconcile.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// An API call failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The pod template could not be rendered.
+    #[error(transparent)]
+    Render(#[from] MergeError),
+    /// The ValkeyNode has no namespace.
+    #[error("ValkeyNode has no namespace")]
+    NoNamespace,
+    /// Serialization of a patch failed.
+    #[error("serializing a patch: {0}")]
+    Serialize(#[from] serde_json::Error),
+}
+
+struct Ctx {
+    client: Client,
+}
+
+fn managed_selector() -> String {
+    format!(
+        "{}={},{}={}",
+        labels::APP_MANAGED_BY,
+        labels::MANAGED_BY_VALUE,
+        labels::APP_COMPONENT,
+        labels::COMPONENT_NODE
+    )
+}
+
+/// Maps a pod or claim to its ValkeyNode through the position labels.
+fn node_ref_from_labels<K: Resource>(obj: &K) -> Option<ObjectRef<ValkeyNode>> {
+    let l = obj.meta().labels.as_ref()?;
+    let cluster = l.get(labels::CLUSTER)?;
+    let shard: i32 = l.get(labels::SHARD_INDEX)?.parse().ok()?;
+    let node: i32 = l.get(labels::NODE_INDEX)?.parse().ok()?;
+    let ns = obj.meta().namespace.as_deref()?;
+    Some(ObjectRef::new(&names::valkey_node_name(cluster, shard, node)).within(ns))
+}
+
+/// Runs the ValkeyNode controller over all namespaces until `shutdown` resolves (then finishes
+/// the reconciles in flight). Owns StatefulSets and Deployments (owner references); watches
+/// pods and claims by their position labels.
+pub async fn run(
+    client: Client,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let nodes: Api<ValkeyNode> = Api::all(client.clone());
+    let owned = watcher::Config::default().labels(&managed_selector());
+    Controller::new(nodes, watcher::Config::default())
+        .owns(Api::<StatefulSet>::all(client.clone()), owned.clone())
+        .owns(Api::<Deployment>::all(client.clone()), owned.clone())
+        .watches(Api::<Pod>::all(client.clone()), owned.clone(), |p| {
+            node_ref_from_labels(&p)
+        })
+        .watches(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            owned,
+            |p| node_ref_from_labels(&p),
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, Arc::new(Ctx { client }))
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => debug!(node = %obj.name, "reconciled ValkeyNode"),
+                Err(e) => debug!(error = %e, "ValkeyNode reconcile failed"),
+            }
+        })
+        .await;
+    info!("ValkeyNode controller stopped");
+    Ok(())
+}
+
+fn error_policy(node: Arc<ValkeyNode>, err: &NodeError, _: Arc<Ctx>) -> Action {
+    warn!(node = %node.name_any(), error = %err, "ValkeyNode reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(10))
+}
+
+fn deletes_pvc(node: &ValkeyNode) -> bool {
+    node.spec
+        .persistence
+        .as_ref()
+        .is_some_and(|p| p.reclaim_policy == ReclaimPolicy::Delete)
+}
+
+async fn set_finalizers(
+    api: &Api<ValkeyNode>,
+    node: &ValkeyNode,
+    add: bool,
+) -> Result<(), NodeError> {
+    let mut list: Vec<String> = node.finalizers().to_vec();
+    list.retain(|f| f != FINALIZER);
+    if add {
+        list.push(FINALIZER.to_owned());
+    }
+    // The resourceVersion makes this a compare-and-swap with other finalizer writers.
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": list, "resourceVersion": node.resource_version()}});
+    api.patch(
+        &node.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError> {
+    let ns = node.namespace().ok_or(NodeError::NoNamespace)?;
+    let name = node.name_any();
+    let client = &ctx.client;
+    let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), &ns);
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let has_finalizer = node.finalizers().iter().any(|f| f == FINALIZER);
+
+    if node.metadata.deletion_timestamp.is_some() {
+        if has_finalizer {
+            if deletes_pvc(&node) {
+                let pvc_name = names::pvc_name(&name);
+                match pvcs.delete(&pvc_name, &DeleteParams::background()).await {
+                    Ok(_) => {
+                        info!(node = %name, pvc = %pvc_name, "deleted PersistentVolumeClaim (reclaimPolicy Delete)")
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            set_finalizers(&nodes, &node, false).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    if deletes_pvc(&node) != has_finalizer {
+        set_finalizers(&nodes, &node, deletes_pvc(&node)).await?;
+        // The patch triggers another reconcile with the new metadata.
+        return Ok(Action::await_change());
+    }
+
+    let apply = PatchParams::apply(NODE_FIELD_MANAGER).force();
+
+    // Claim: create, or grow.
+    let mut observed_pvc = None;
+    if let Some(p) = &node.spec.persistence {
+        let pvc_name = names::pvc_name(&name);
+        let current = pvcs.get_opt(&pvc_name).await?;
+        let current_request = current
+            .as_ref()
+            .and_then(|c| c.spec.as_ref())
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage"))
+            .map(|q| q.0.clone());
+        observed_pvc = current;
+        if let Some(size) = pvc_request(current_request.as_deref(), &p.size)
+            && let Some(claim) = pvc(&node, Some(&size))
+        {
+            info!(node = %name, pvc = %pvc_name, size = %size, "applying PersistentVolumeClaim");
+            observed_pvc = Some(pvcs.patch(&pvc_name, &apply, &Patch::Apply(&claim)).await?);
+        }
+    }
+
+    // Workload.
+    let owner = node.controller_owner_ref(&());
+    let desired = workload(&node, owner)?;
+    let desired_hash = desired.template_hash().unwrap_or_default().to_owned();
+    let wl_name = names::workload_name(&name);
+    let desired_rev = node.spec.workload_revision.as_deref();
+    let applied_rev = node
+        .status
+        .as_ref()
+        .and_then(|s| s.applied_workload_revision.as_deref());
+    let (mut sts, mut deploy) = (None, None);
+    let mut roll_pending = false;
+    let mut applied_now = None;
+    match desired {
+        Workload::StatefulSet(obj) => {
+            let api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+            let cur = api.get_opt(&wl_name).await?;
+            let o = cur
+                .as_ref()
+                .map(|c| ObservedWorkload::from_meta(&c.metadata, c.spec.replicas));
+            sts = cur;
+            match workload_action(o.as_ref(), &desired_hash, desired_rev, applied_rev) {
+                WorkloadAction::Apply => {
+                    info!(node = %name, workload = %wl_name, "applying StatefulSet");
+                    sts = Some(api.patch(&wl_name, &apply, &Patch::Apply(&*obj)).await?);
+                    applied_now = desired_rev.map(str::to_owned);
+                }
+                WorkloadAction::Defer => roll_pending = true,
+                WorkloadAction::Keep => {}
+            }
+        }
+        Workload::Deployment(obj) => {
+            let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+            let cur = api.get_opt(&wl_name).await?;
+            let o = cur
+                .as_ref()
+                .map(|c| ObservedWorkload::from_meta(&c.metadata, c.spec.replicas));
+            deploy = cur;
+            match workload_action(o.as_ref(), &desired_hash, desired_rev, applied_rev) {
+                WorkloadAction::Apply => {
+                    info!(node = %name, workload = %wl_name, "applying Deployment");
+                    deploy = Some(api.patch(&wl_name, &apply, &Patch::Apply(&*obj)).await?);
+                    applied_now = desired_rev.map(str::to_owned);
+                }
+                WorkloadAction::Defer => roll_pending = true,
+                WorkloadAction::Keep => {}
+            }
+        }
+    }
+
+    // Pod: the newest non-terminating pod with this position's labels.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let s = &node.spec;
+    let selector = names::node_selector_labels(&s.cluster_name, s.shard_index, s.node_index)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let pod_list = pods.list(&ListParams::default().labels(&selector)).await?;
+    let pod = pod_list
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0));
+
+    let observed = Observed {
+        statefulset: sts.as_ref(),
+        deployment: deploy.as_ref(),
+        pod,
+        pvc: observed_pvc.as_ref(),
+        roll_pending,
+        applied_workload_revision: applied_now,
+    };
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let status = compute_status(&node, &observed, &now);
+    if node.status.as_ref() != Some(&status) {
+        patch_status(&nodes, &name, &status).await?;
+        debug!(node = %name, ready = status.ready, "patched ValkeyNode status");
+    }
+    Ok(if status.ready {
+        Action::requeue(Duration::from_secs(300))
+    } else {
+        Action::requeue(Duration::from_secs(15))
+    })
+}
+
+/// Merge-patches the status without `role` (written by the ValkeyCluster controller).
+async fn patch_status(
+    api: &Api<ValkeyNode>,
+    name: &str,
+    status: &ValkeyNodeStatus,
+) -> Result<(), NodeError> {
+    let mut value = serde_json::to_value(status)?;
+    if let Some(obj) = value.as_object_mut() {
+        obj.remove("role");
+        // Absent optional fields must be cleared explicitly in a merge patch.
+        for k in ["podName", "podIP"] {
+            obj.entry(k).or_insert(serde_json::Value::Null);
+        }
+    }
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "status": value })),
+    )
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_map_to_their_node() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "valkey-c-1-2-0", "namespace": "ns",
+                "labels": {"valkey.io/cluster": "c", "valkey.io/shard-index": "1", "valkey.io/node-index": "2"}}
+        }))
+        .unwrap();
+        let r = node_ref_from_labels(&pod).unwrap();
+        assert_eq!(r.name, "c-1-2");
+        assert_eq!(r.namespace.as_deref(), Some("ns"));
+        let stray: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "x", "namespace": "ns", "labels": {"valkey.io/cluster": "c"}}
+        }))
+        .unwrap();
+        assert!(node_ref_from_labels(&stray).is_none());
+    }
+
+    #[test]
+    fn selector_names_managed_objects() {
+        assert_eq!(
+            managed_selector(),
+            "app.kubernetes.io/managed-by=valkey-operator,app.kubernetes.io/component=valkey-node"
+        );
+    }
+}
