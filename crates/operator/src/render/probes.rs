@@ -67,10 +67,70 @@ pub fn liveness_script(tls: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::render::test_server;
 
     #[test]
     fn scripts_snapshot() {
         insta::assert_snapshot!("readiness_plain", readiness_script(false));
         insta::assert_snapshot!("liveness_tls", liveness_script(true));
+    }
+
+    /// Runs a rendered script with its paths and port pointed at `dir` / `port`.
+    fn run_script(script: &str, dir: &std::path::Path, port: u16) -> bool {
+        let script = script
+            .replace(SYSTEM_DIR, &dir.display().to_string())
+            .replace(&format!("-p {VALKEY_PORT}"), &format!("-p {port}"));
+        let path = dir.join("probe.sh");
+        std::fs::write(&path, script).unwrap();
+        std::process::Command::new("sh")
+            .arg(&path)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    }
+
+    #[test]
+    fn probes_against_a_real_server() {
+        if !std::path::Path::new("/usr/bin/valkey-cli").exists() {
+            eprintln!("skipped: valkey-cli not installed");
+            return;
+        }
+        let Some(bin) = test_server::valkey8() else {
+            eprintln!("skipped: valkey-server 8 not installed");
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let port = test_server::free_port();
+        // Before the server runs: neither ready nor alive.
+        std::fs::write(d.join(EXPORTER_PASSWORD_KEY), "pw").unwrap();
+        assert!(!run_script(&readiness_script(false), d, port));
+        assert!(!run_script(&liveness_script(false), d, port));
+
+        let system = crate::render::secrets::SystemPasswords {
+            operator: "op".into(),
+            replication: "rep".into(),
+            exporter: "pw".into(),
+        };
+        let rules =
+            valkey_ops::commands::acl::system_acl_rules(&system.as_system_users(), 8).join("\n");
+        std::fs::write(d.join("users.acl"), format!("{rules}\n")).unwrap();
+        let conf = d.join("valkey.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {p}\naclfile {p}/users.acl\n",
+                p = d.display()
+            ),
+        )
+        .unwrap();
+        let _server = test_server::start(&bin, &conf, port, &[]);
+        assert!(run_script(&readiness_script(false), d, port));
+        assert!(run_script(&liveness_script(false), d, port));
+        // A wrong password: the server answers (alive) but the probe is not authenticated.
+        std::fs::write(d.join(EXPORTER_PASSWORD_KEY), "wrong").unwrap();
+        assert!(!run_script(&readiness_script(false), d, port));
+        assert!(run_script(&liveness_script(false), d, port));
     }
 }
