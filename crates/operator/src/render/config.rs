@@ -206,7 +206,7 @@ pub fn config_map(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn spec(json: serde_json::Value) -> ValkeyClusterSpec {

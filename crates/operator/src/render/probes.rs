@@ -79,6 +79,7 @@ mod tests {
     fn run_script(script: &str, dir: &std::path::Path, port: u16) -> bool {
         let script = script
             .replace(SYSTEM_DIR, &dir.display().to_string())
+            .replace(TLS_DIR, &dir.display().to_string())
             .replace(&format!("-p {VALKEY_PORT}"), &format!("-p {port}"));
         let path = dir.join("probe.sh");
         std::fs::write(&path, script).unwrap();
@@ -132,5 +133,66 @@ mod tests {
         std::fs::write(d.join(EXPORTER_PASSWORD_KEY), "wrong").unwrap();
         assert!(!run_script(&readiness_script(false), d, port));
         assert!(run_script(&liveness_script(false), d, port));
+    }
+
+    fn write_certs(dir: &std::path::Path) {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let key = KeyPair::generate().unwrap();
+        // Like a real pod certificate: it names the Service, not 127.0.0.1.
+        let params = CertificateParams::new(vec!["valkey-c.ns.svc".to_owned()]).unwrap();
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
+        std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+        std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+    }
+
+    #[test]
+    fn tls_config_and_probes_against_a_real_server() {
+        if !std::path::Path::new("/usr/bin/valkey-cli").exists() {
+            eprintln!("skipped: valkey-cli not installed");
+            return;
+        }
+        let Some(bin) = test_server::valkey8() else {
+            eprintln!("skipped: valkey-server 8 (TLS build) not installed");
+            return;
+        };
+        let spec: valkey_api::ValkeyClusterSpec = serde_json::from_value(serde_json::json!({
+            "shards": 1, "image": "valkey/valkey:8.0.1",
+            "networking": {"tls": {"certificate": {"secretName": "tls"}}}
+        }))
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let port = test_server::free_port();
+        let conf = crate::render::config::tests::localize(
+            &crate::render::config::render_valkey_conf(&spec),
+            d,
+            port,
+        )
+        .replace(TLS_DIR, &d.display().to_string());
+        assert!(conf.contains(&format!("tls-port {port}")));
+        write_certs(d);
+        let system = crate::render::secrets::SystemPasswords {
+            operator: "op".into(),
+            replication: "rep".into(),
+            exporter: "pw".into(),
+        };
+        let rules =
+            valkey_ops::commands::acl::system_acl_rules(&system.as_system_users(), 8).join("\n");
+        std::fs::write(d.join("users.acl"), format!("{rules}\n")).unwrap();
+        std::fs::write(d.join(EXPORTER_PASSWORD_KEY), "pw").unwrap();
+        let path = d.join("valkey.conf");
+        std::fs::write(&path, conf).unwrap();
+        let _server =
+            test_server::start(&bin, &path, port, &["--cluster-announce-ip", "127.0.0.1"]);
+        assert!(run_script(&readiness_script(true), d, port));
+        assert!(run_script(&liveness_script(true), d, port));
+        // Plain-text probes get no answer from a TLS-only server.
+        assert!(!run_script(&readiness_script(false), d, port));
     }
 }
