@@ -36,12 +36,12 @@ impl SlotRange {
 
     /// Number of slots in the range.
     pub fn len(&self) -> usize {
-        usize::from(self.end) - usize::from(self.start) + 1
+        (usize::from(self.end) + 1).saturating_sub(usize::from(self.start))
     }
 
-    /// Always false: a range holds at least one slot.
+    /// Whether the range holds no slot (only for a hand-built range with `start > end`).
     pub fn is_empty(&self) -> bool {
-        false
+        self.start > self.end
     }
 
     /// Whether `slot` lies in the range.
@@ -416,6 +416,21 @@ mod tests {
         }
         assert!(SlotRange::new(3, 2).is_err());
         assert!(SlotRange::new(0, SLOT_COUNT).is_err());
+        // Hand-built invalid ranges never panic.
+        let inverted = SlotRange { start: 9, end: 3 };
+        assert!(inverted.is_empty());
+        assert_eq!((inverted.len(), inverted.iter().count()), (0, 0));
+        let mut set = SlotSet::new();
+        set.insert_range(inverted);
+        set.insert_range(SlotRange {
+            start: 16380,
+            end: u16::MAX,
+        });
+        set.insert_range(SlotRange {
+            start: 20000,
+            end: 30000,
+        });
+        assert_eq!(set.to_string(), "16380-16383");
     }
 
     #[test]
