@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -53,6 +54,28 @@ pub enum NodeError {
 
 struct Ctx {
     client: Client,
+    recorder: Recorder,
+}
+
+/// Event reasons on the ValkeyNode (see the status contract).
+pub mod event {
+    /// A pod template change was written to the workload (the pod rolls).
+    pub const WORKLOAD_ROLL_APPLIED: &str = "WorkloadRollApplied";
+    /// A pod template change waits for the ValkeyCluster controller's authorization.
+    pub const WORKLOAD_ROLL_DEFERRED: &str = "WorkloadRollDeferred";
+}
+
+async fn publish(ctx: &Ctx, node: &ValkeyNode, reason: &str, note: String) {
+    let ev = Event {
+        type_: EventType::Normal,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &node.object_ref(&())).await {
+        warn!(node = %node.name_any(), reason, error = %e, "publishing event failed");
+    }
 }
 
 fn managed_selector() -> String {
@@ -96,7 +119,20 @@ pub async fn run(
             |p| node_ref_from_labels(&p),
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, Arc::new(Ctx { client }))
+        .run(
+            reconcile,
+            error_policy,
+            Arc::new(Ctx {
+                recorder: Recorder::new(
+                    client.clone(),
+                    Reporter {
+                        controller: "valkey-operator".into(),
+                        instance: std::env::var("POD_NAME").ok(),
+                    },
+                ),
+                client,
+            }),
+        )
         .for_each(|res| async move {
             match res {
                 Ok((obj, _)) => debug!(node = %obj.name, "reconciled ValkeyNode"),
@@ -208,6 +244,7 @@ async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeE
     let (mut sts, mut deploy) = (None, None);
     let mut roll_pending = false;
     let mut applied_now = None;
+    let template_changed;
     match desired {
         Workload::StatefulSet(obj) => {
             let api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
@@ -216,6 +253,9 @@ async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeE
                 .as_ref()
                 .map(|c| ObservedWorkload::from_meta(&c.metadata, c.spec.replicas));
             sts = cur;
+            template_changed = o
+                .as_ref()
+                .is_some_and(|o| o.template_hash.as_deref() != Some(desired_hash.as_str()));
             match workload_action(o.as_ref(), &desired_hash, desired_rev, applied_rev) {
                 WorkloadAction::Apply => {
                     info!(node = %name, workload = %wl_name, "applying StatefulSet");
@@ -233,6 +273,9 @@ async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeE
                 .as_ref()
                 .map(|c| ObservedWorkload::from_meta(&c.metadata, c.spec.replicas));
             deploy = cur;
+            template_changed = o
+                .as_ref()
+                .is_some_and(|o| o.template_hash.as_deref() != Some(desired_hash.as_str()));
             match workload_action(o.as_ref(), &desired_hash, desired_rev, applied_rev) {
                 WorkloadAction::Apply => {
                     info!(node = %name, workload = %wl_name, "applying Deployment");
@@ -268,6 +311,28 @@ async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeE
         roll_pending,
         applied_workload_revision: applied_now,
     };
+    let was_pending = node.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| {
+            c.type_ == super::status::condition::WORKLOAD_ROLL_PENDING && c.status == "True"
+        })
+    });
+    if roll_pending && !was_pending {
+        publish(
+            &ctx,
+            &node,
+            event::WORKLOAD_ROLL_DEFERRED,
+            format!("pod template of {wl_name} changed; waiting for a new spec.workloadRevision"),
+        )
+        .await;
+    } else if template_changed && !roll_pending {
+        publish(
+            &ctx,
+            &node,
+            event::WORKLOAD_ROLL_APPLIED,
+            format!("applied the new pod template to {wl_name}"),
+        )
+        .await;
+    }
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let status = compute_status(&node, &observed, &now);
     if node.status.as_ref() != Some(&status) {
