@@ -414,13 +414,13 @@ async fn run_once(
 
     let (kill_tx, mut kill_rx) = mpsc::channel::<(String, Option<Probe>)>(1);
     let probe_task = probes_apply.then(|| {
-        tokio::spawn(probe_loop(
+        super::pods::Task(tokio::spawn(probe_loop(
             sup.clone(),
             c.clone(),
             running.clone(),
             full_env.clone(),
             kill_tx,
-        ))
+        )))
     });
     let mut stopped = false;
     let status = tokio::select! {
@@ -444,9 +444,7 @@ async fn run_once(
             terminate(&running, &c, &full_env, &pod_ip, grace).await
         }
     };
-    if let Some(t) = probe_task {
-        t.abort();
-    }
+    drop(probe_task);
     record_exit(sup, status, &started_at, &container_id, &state_dir);
     if stopped {
         Outcome::Stopped

@@ -291,12 +291,18 @@ async fn worker(
         ps.with_state(|st| *st = init);
     }
     let pod_dir = shared.state_dir.join("pods").join(&ps.uid);
-    let mut supervisors: Vec<(watch::Sender<bool>, JoinHandle<()>)> = Vec::new();
+    let mut supervisors: Vec<(watch::Sender<bool>, Task)> = Vec::new();
 
-    if !is_terminal(&pod) {
+    let sandbox = if is_terminal(&pod) || pod.metadata.deletion_timestamp.is_some() {
+        None
+    } else {
+        create_sandbox(shared, ps, &rx).await
+    };
+    if let Some(sandbox) = sandbox {
         let started = tokio::select! {
-            r = start_pod(shared, ps, &rx, &pod_dir, tasks, &mut supervisors) => r,
+            biased;
             _ = wait_deleted(rx.clone()) => false,
+            r = start_pod(shared, ps, &rx, sandbox, &pod_dir, tasks, &mut supervisors) => r,
         };
         if started {
             // Run until deleted or every container is done for good.
@@ -325,9 +331,9 @@ async fn worker(
         let _ = stop.send(true);
     }
     let deadline = Duration::from_secs(3600);
-    for (_, h) in supervisors {
+    for (_, mut h) in supervisors {
         if !h.is_finished() {
-            let _ = tokio::time::timeout(deadline, h).await;
+            let _ = tokio::time::timeout(deadline, &mut h.0).await;
         }
     }
     teardown_sandbox(shared, ps).await;
@@ -363,19 +369,34 @@ async fn worker(
     }
 }
 
-/// Sandbox, volumes, init containers, then the container supervisors.
-/// Returns `false` if the pod cannot proceed (init failure with restartPolicy Never).
-async fn start_pod(
+/// A spawned task that is aborted when dropped (so aborting a pod worker
+/// also stops its container supervisors).
+pub(crate) struct Task(pub JoinHandle<()>);
+
+impl Task {
+    fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Creates the pod's sandbox, retrying until it works or the pod is deleted.
+/// Not raced against deletion, so a sandbox is never created and forgotten.
+async fn create_sandbox(
     shared: &Arc<Shared>,
     ps: &Arc<PodShared>,
     rx: &watch::Receiver<Pod>,
-    pod_dir: &std::path::Path,
-    tasks: &mut JoinSet<()>,
-    supervisors: &mut Vec<(watch::Sender<bool>, JoinHandle<()>)>,
-) -> bool {
-    let pod = rx.borrow().clone();
-    // 1. Sandbox.
-    let sandbox = loop {
+) -> Option<Sandbox> {
+    loop {
+        let pod = rx.borrow().clone();
+        if pod.metadata.deletion_timestamp.is_some() {
+            return None;
+        }
         let network = shared.network.clone();
         let id = ps
             .uid
@@ -384,7 +405,10 @@ async fn start_pod(
             .take(12)
             .collect::<String>();
         match tokio::task::spawn_blocking(move || network.create_sandbox(&id)).await {
-            Ok(Ok(sb)) => break sb,
+            Ok(Ok(sb)) => {
+                *ps.sandbox.lock().unwrap_or_else(|e| e.into_inner()) = Some(sb.clone());
+                return Some(sb);
+            }
             Ok(Err(e)) => {
                 set_waiting_all(
                     ps,
@@ -404,9 +428,22 @@ async fn start_pod(
             Err(e) => tracing::warn!(error = %e, "sandbox task failed"),
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
-    };
+    }
+}
+
+/// Volumes, init containers, then the container supervisors.
+/// Returns `false` if the pod cannot proceed (init failure with restartPolicy Never).
+async fn start_pod(
+    shared: &Arc<Shared>,
+    ps: &Arc<PodShared>,
+    rx: &watch::Receiver<Pod>,
+    sandbox: Sandbox,
+    pod_dir: &std::path::Path,
+    tasks: &mut JoinSet<()>,
+    supervisors: &mut Vec<(watch::Sender<bool>, Task)>,
+) -> bool {
+    let pod = rx.borrow().clone();
     let pod_ip = sandbox.ip.to_string();
-    *ps.sandbox.lock().unwrap_or_else(|e| e.into_inner()) = Some(sandbox.clone());
     ps.with_state(|st| {
         st.pod_ips = vec![pod_ip.clone()];
         st.sandbox_ready = true;
@@ -485,7 +522,7 @@ async fn start_pod(
         if c.restart_policy.as_deref() == Some("Always") {
             // Sidecar: keeps running; the next init container starts once it has started.
             let handle = tokio::spawn(containers::supervise(sup, stop_rx));
-            supervisors.push((stop_tx, handle));
+            supervisors.push((stop_tx, Task(handle)));
             loop {
                 let started = ps
                     .snapshot()
@@ -515,7 +552,10 @@ async fn start_pod(
             index: i,
             ..base.clone()
         };
-        supervisors.push((stop_tx, tokio::spawn(containers::supervise(sup, stop_rx))));
+        supervisors.push((
+            stop_tx,
+            Task(tokio::spawn(containers::supervise(sup, stop_rx))),
+        ));
     }
     true
 }
