@@ -22,7 +22,8 @@ async fn real_valkey9_primary_death_failover_forget_and_replace() {
             commands::observe_node(&pool, r)
                 .await
                 .ok()?
-                .primary_link_up()
+                .replication?
+                .is_synced_replica()
                 .then_some(())
         })
         .await;
@@ -51,19 +52,37 @@ async fn real_valkey9_primary_death_failover_forget_and_replace() {
     pool.evict(&addrs[0]);
     let dead = ids[0].clone();
     let rest: Vec<String> = addrs[1..].to_vec();
-    eventually("automatic failover", Duration::from_secs(30), || async {
-        let o = commands::observe_node(&pool, &addrs[1]).await.ok()?;
-        let d = o.nodes.get(&dead)?;
-        let promoted = o
-            .nodes
-            .get(&commands::node_id(&pool, &addrs[3]).await.ok()?)?;
-        (d.flags.fail && promoted.is_primary() && promoted.slot_count() > 5000 && o.cluster_ok())
-            .then_some(())
-    })
+    let promoted_id = commands::node_id(&pool, &addrs[3]).await.unwrap();
+    let all = addrs.clone();
+    // Observe through the model: the dead node unreachable and failed, its replica promoted
+    // and serving its slots, the cluster healthy again.
+    eventually(
+        "automatic failover in the cluster view",
+        Duration::from_secs(30),
+        || async {
+            let view = commands::observe_cluster(&pool, &all).await;
+            let dead_unreachable = view.unreachable().any(|(a, _)| a == addrs[0]);
+            let failed = view.failed_peers().contains(&dead);
+            let shard = view
+                .shards()
+                .into_iter()
+                .find(|s| s.primary_id == promoted_id)?;
+            let healthy = view.reachable().all(|(_, o)| cluster_healthy(o));
+            (dead_unreachable
+                && failed
+                && shard.slots.len() == 5461
+                && view.unassigned_slots().is_empty()
+                && healthy)
+                .then_some(())
+        },
+    )
     .await;
     let o = commands::observe_node(&pool, &addrs[3]).await.unwrap();
     assert!(o.myself().unwrap().is_primary());
-    assert_eq!(o.info.get("role").map(String::as_str), Some("master"));
+    assert_eq!(
+        o.replication.as_ref().unwrap().role,
+        valkey_ops::model::ReplicationRole::Primary
+    );
 
     // Forget the dead node everywhere (no live replica follows it any more).
     let forgot = commands::forget_everywhere(&pool, &rest, &dead)
@@ -88,7 +107,6 @@ async fn real_valkey9_primary_death_failover_forget_and_replace() {
 
     // A fresh node becomes the replica of the promoted primary.
     let fresh = Server::start(Flavor::V9, None);
-    let promoted_id = commands::node_id(&pool, &addrs[3]).await.unwrap();
     join_nodes(&pool, &addrs[1], &[fresh.addr()]).await;
     attach_replica(&pool, &fresh.addr(), &promoted_id).await;
     let mut now: Vec<String> = rest.clone();
@@ -98,7 +116,8 @@ async fn real_valkey9_primary_death_failover_forget_and_replace() {
         commands::observe_node(&pool, &fresh.addr())
             .await
             .ok()?
-            .primary_link_up()
+            .replication?
+            .is_synced_replica()
             .then_some(())
     })
     .await;

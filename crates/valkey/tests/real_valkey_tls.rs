@@ -26,7 +26,8 @@ async fn real_valkey8_tls_cluster_with_ca_and_server_name() {
                 commands::observe_node(&pool, r)
                     .await
                     .ok()?
-                    .primary_link_up()
+                    .replication?
+                    .is_synced_replica()
                     .then_some(())
             },
         )

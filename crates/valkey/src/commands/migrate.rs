@@ -10,7 +10,9 @@ use tracing::{debug, info};
 
 use super::{CommandError, Result, cluster_nodes, exec, poll_until, reply_contains};
 use crate::client::{self, NodeConnection, NodePool};
-use crate::model::ClusterNodes;
+use crate::model::{
+    ClusterNodes, MigrationOperation, MigrationState, SlotMigration, parse_slot_migrations,
+};
 use crate::slots::{Slot, SlotRange, SlotSet};
 
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -28,105 +30,19 @@ pub struct AtomicMove {
     pub target_id: String,
 }
 
-/// One entry of `CLUSTER GETSLOTMIGRATIONS`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct MigrationJob {
-    /// Job name (unique id).
-    pub name: String,
-    /// `EXPORT` (on the source) or `IMPORT` (on the target).
-    pub operation: String,
-    /// Slots of the job.
-    pub slots: SlotSet,
-    /// Source node id.
-    pub source_node: String,
-    /// Target node id.
-    pub target_node: String,
-    /// State (`waiting-to-snapshot`, ..., `success`, `failed`, `cancelled`).
-    pub state: String,
-    /// Error or status message.
-    pub message: String,
-    /// Unix time (s) the job was created.
-    pub create_time: u64,
-}
-
-impl MigrationJob {
-    /// Whether the job has finished (successfully or not).
-    pub fn is_terminal(&self) -> bool {
-        matches!(
-            self.state.as_str(),
-            "success" | "failed" | "cancelled" | "canceled"
-        )
-    }
-
-    /// Whether the job finished successfully.
-    pub fn succeeded(&self) -> bool {
-        self.state == "success"
-    }
-}
-
-fn value_text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::VerbatimString { text, .. } => Some(text.clone()),
-        Value::Int(i) => Some(i.to_string()),
-        Value::Nil => Some(String::new()),
-        _ => None,
-    }
-}
-
-fn parse_job(v: &Value) -> Option<MigrationJob> {
-    let pairs: Vec<(String, String)> = match v {
-        Value::Array(items) => items
-            .chunks(2)
-            .filter_map(|c| match c {
-                [k, v] => Some((value_text(k)?, value_text(v).unwrap_or_default())),
-                _ => None,
-            })
-            .collect(),
-        Value::Map(items) => items
-            .iter()
-            .filter_map(|(k, v)| Some((value_text(k)?, value_text(v).unwrap_or_default())))
-            .collect(),
-        _ => return None,
-    };
-    let mut job = MigrationJob::default();
-    for (k, v) in pairs {
-        match k.as_str() {
-            "name" => job.name = v,
-            "operation" => job.operation = v,
-            "slot_ranges" => job.slots = SlotSet::parse(&v).ok()?,
-            "source_node" => job.source_node = v,
-            "target_node" => job.target_node = v,
-            "state" => job.state = v,
-            "message" => job.message = v,
-            "create_time" => job.create_time = v.parse().unwrap_or(0),
-            _ => {}
-        }
-    }
-    Some(job)
-}
-
-/// Parses a `CLUSTER GETSLOTMIGRATIONS` reply (array of field/value arrays or maps).
-pub fn parse_slot_migrations(reply: &Value) -> Result<Vec<MigrationJob>, String> {
-    match reply {
-        Value::Array(jobs) => jobs
-            .iter()
-            .map(|j| parse_job(j).ok_or_else(|| format!("unexpected job entry {j:?}")))
-            .collect(),
-        other => Err(format!("unexpected GETSLOTMIGRATIONS reply {other:?}")),
-    }
-}
-
-/// `CLUSTER GETSLOTMIGRATIONS` of the node at `addr`.
-pub async fn get_slot_migrations(pool: &NodePool, addr: &str) -> Result<Vec<MigrationJob>> {
+/// `CLUSTER GETSLOTMIGRATIONS` of the node at `addr` (Valkey >= 9).
+pub async fn get_slot_migrations(pool: &NodePool, addr: &str) -> Result<Vec<SlotMigration>> {
     let v: Value = pool
         .query(addr, redis::cmd("CLUSTER").arg("GETSLOTMIGRATIONS"))
         .await?;
-    parse_slot_migrations(&v).map_err(|e| CommandError::Parse {
+    parse_slot_migrations(&v).map_err(|source| CommandError::Parse {
         addr: addr.to_owned(),
-        source: crate::error::ParseError::UnexpectedReply(e),
+        source,
     })
+}
+
+fn is_export(j: &SlotMigration) -> bool {
+    j.operation == MigrationOperation::Export
 }
 
 /// Slots of `moves` still owned by the source in its own view, per target.
@@ -175,9 +91,9 @@ pub async fn migrate_slots_atomic(
         return Ok(0);
     }
     let before = get_slot_migrations(pool, source_addr).await?;
-    let active: Vec<&MigrationJob> = before
+    let active: Vec<&SlotMigration> = before
         .iter()
-        .filter(|j| j.operation.eq_ignore_ascii_case("EXPORT") && !j.is_terminal())
+        .filter(|j| is_export(j) && !j.state.is_finished())
         .collect();
     let mut watched: BTreeSet<String> = BTreeSet::new();
     let mut cmd = redis::cmd("CLUSTER");
@@ -186,9 +102,10 @@ pub async fn migrate_slots_atomic(
     for (target, slots) in &remaining {
         let mut rest = slots.clone();
         for j in active.iter().filter(|j| &j.target_node == target) {
-            if !j.slots.is_disjoint(&rest) {
+            let js = j.slot_set();
+            if !js.is_disjoint(&rest) {
                 watched.insert(j.name.clone());
-                rest = rest.difference(&j.slots);
+                rest = rest.difference(&js);
             }
         }
         if rest.is_empty() {
@@ -230,19 +147,22 @@ pub async fn migrate_slots_atomic(
                 return Ok(Some(()));
             }
             let jobs = get_slot_migrations(pool, source_addr).await?;
-            let ours: Vec<&MigrationJob> = jobs
+            let ours: Vec<&SlotMigration> = jobs
                 .iter()
-                .filter(|j| j.operation.eq_ignore_ascii_case("EXPORT"))
-                .filter(|j| !known.contains(&j.name))
+                .filter(|j| is_export(j) && !known.contains(&j.name))
                 .collect();
             if !ours.is_empty()
-                && ours.iter().all(|j| j.is_terminal())
-                && let Some(f) = ours.iter().find(|j| !j.succeeded())
+                && ours.iter().all(|j| j.state.is_finished())
+                && let Some(f) = ours.iter().find(|j| j.state != MigrationState::Success)
             {
                 let detail = target_side_message(pool, &view, f).await;
                 return Err(CommandError::Failed(format!(
-                    "slot migration {} ({}) to {} {}: {}{detail}",
-                    f.name, f.slots, f.target_node, f.state, f.message
+                    "slot migration {} ({}) to {} {:?}: {}{detail}",
+                    f.name,
+                    f.slot_set(),
+                    f.target_node,
+                    f.state,
+                    f.message
                 )));
             }
             Ok(None)
@@ -253,7 +173,7 @@ pub async fn migrate_slots_atomic(
 }
 
 /// The target's view of a failed job (its message usually names the cause).
-async fn target_side_message(pool: &NodePool, view: &ClusterNodes, job: &MigrationJob) -> String {
+async fn target_side_message(pool: &NodePool, view: &ClusterNodes, job: &SlotMigration) -> String {
     let Some(t) = view.get(&job.target_node) else {
         return String::new();
     };
@@ -261,7 +181,7 @@ async fn target_side_message(pool: &NodePool, view: &ClusterNodes, job: &Migrati
         Ok(jobs) => jobs
             .into_iter()
             .find(|j| j.name == job.name)
-            .map(|j| format!(" (target: {} {})", j.state, j.message))
+            .map(|j| format!(" (target: {:?} {})", j.state, j.message))
             .unwrap_or_default(),
         Err(e) => format!(" (target unreadable: {e})"),
     }
@@ -580,37 +500,6 @@ pub async fn finish_open_slots(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
-
-    #[test]
-    fn parses_getslotmigrations_resp2() {
-        let job = Value::Array(
-            [
-                ("name", "d71d"),
-                ("operation", "EXPORT"),
-                ("slot_ranges", "0-99 200-300"),
-                ("target_node", "t"),
-                ("source_node", "s"),
-                ("create_time", "1796206476"),
-                ("state", "success"),
-                ("message", ""),
-                ("cow_size", "0"),
-            ]
-            .iter()
-            .flat_map(|(k, v)| [bulk(k), bulk(v)])
-            .collect(),
-        );
-        let jobs = parse_slot_migrations(&Value::Array(vec![job])).unwrap();
-        assert_eq!(jobs.len(), 1);
-        let j = &jobs[0];
-        assert_eq!(j.slots.len(), 100 + 101);
-        assert!(j.is_terminal() && j.succeeded());
-        assert_eq!(j.create_time, 1_796_206_476);
-        assert!(parse_slot_migrations(&Value::Int(1)).is_err());
-    }
 
     #[test]
     fn finds_open_slots_from_both_sides() {

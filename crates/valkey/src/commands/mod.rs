@@ -22,10 +22,10 @@ use crate::model::{ClusterNode, ClusterNodes};
 pub use acl::{AclLoadOutcome, SystemUsers, acl_load, acl_revision, system_acl_rules};
 pub use config::{config_set, wait_replicas};
 pub use migrate::{
-    AtomicMove, MigrationJob, OpenSlot, finish_open_slots, get_slot_migrations, migrate_slot_keys,
+    AtomicMove, OpenSlot, finish_open_slots, get_slot_migrations, migrate_slot_keys,
     migrate_slots_atomic, open_slots,
 };
-pub use observe::{NodeObservation, observe_node};
+pub use observe::{observe_cluster, observe_node};
 pub use topology::{
     FailoverMode, add_slots_range, ensure_config_epoch, failover, forget_everywhere, meet,
     replicate,

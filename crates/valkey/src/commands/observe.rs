@@ -1,80 +1,24 @@
-//! Observation of one node: `CLUSTER NODES`, `CLUSTER INFO` and `INFO replication server`
-//! fetched in one round trip.
+//! Observation: one node's `CLUSTER NODES`, `CLUSTER INFO`, `INFO replication server` (one
+//! pipelined round trip) and, on Valkey >= 9, `CLUSTER GETSLOTMIGRATIONS`, parsed into the
+//! model's [`NodeObservation`]; and the [`ClusterView`] of many nodes fetched concurrently.
 
 use std::collections::BTreeMap;
 
 use super::{CommandError, Result};
 use crate::client::NodePool;
-use crate::model::{ClusterNode, ClusterNodes};
+use crate::model::{
+    ClusterInfo, ClusterNodes, ClusterView, NodeObservation, ReplicationInfo, ReplicationRole,
+    ServerInfo,
+};
 
-/// What one node reports about itself and the cluster.
-#[derive(Debug, Clone)]
-pub struct NodeObservation {
-    /// Address that was dialed.
-    pub addr: String,
-    /// Parsed `CLUSTER NODES` (this node's view).
-    pub nodes: ClusterNodes,
-    /// `CLUSTER INFO` fields (`cluster_state`, `cluster_slots_assigned`, ...).
-    pub cluster_info: BTreeMap<String, String>,
-    /// `INFO replication` and `INFO server` fields (`role`, `master_link_status`,
-    /// `slave_repl_offset`, `valkey_version`, ...).
-    pub info: BTreeMap<String, String>,
-}
-
-impl NodeObservation {
-    /// This node's own entry.
-    pub fn myself(&self) -> Option<&ClusterNode> {
-        self.nodes.myself()
-    }
-
-    /// Whether `cluster_state:ok`.
-    pub fn cluster_ok(&self) -> bool {
-        self.cluster_info.get("cluster_state").map(String::as_str) == Some("ok")
-    }
-
-    /// `cluster_slots_assigned`.
-    pub fn slots_assigned(&self) -> u32 {
-        self.cluster_info
-            .get("cluster_slots_assigned")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    }
-
-    /// Server version (`valkey_version`, else `redis_version`).
-    pub fn version(&self) -> Option<&str> {
-        self.info
-            .get("valkey_version")
-            .or_else(|| self.info.get("redis_version"))
-            .map(String::as_str)
-    }
-
-    /// Major server version, if the version parses.
-    pub fn major_version(&self) -> Option<u32> {
-        self.version()?.split('.').next()?.parse().ok()
-    }
-
-    /// Replication offset of this node (`master_repl_offset`).
-    pub fn repl_offset(&self) -> Option<u64> {
-        self.info.get("master_repl_offset")?.parse().ok()
-    }
-
-    /// For a replica: whether its link to the primary is up.
-    pub fn primary_link_up(&self) -> bool {
-        self.info.get("master_link_status").map(String::as_str) == Some("up")
+fn parse_err(addr: &str) -> impl Fn(crate::error::ParseError) -> CommandError + '_ {
+    move |source| CommandError::Parse {
+        addr: addr.to_owned(),
+        source,
     }
 }
 
-/// Parses `key:value` lines of `INFO`-style replies (comments and blank lines skipped).
-pub fn parse_info_fields(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
-/// Fetches one node's observation (one pipelined round trip).
+/// Fetches one node's observation.
 pub async fn observe_node(pool: &NodePool, addr: &str) -> Result<NodeObservation> {
     let mut pipe = redis::pipe();
     pipe.cmd("CLUSTER")
@@ -85,26 +29,43 @@ pub async fn observe_node(pool: &NodePool, addr: &str) -> Result<NodeObservation
         .arg("replication")
         .arg("server");
     let (nodes, cluster_info, info): (String, String, String) = pool.pipeline(addr, &pipe).await?;
-    let nodes = ClusterNodes::parse(&nodes).map_err(|source| CommandError::Parse {
-        addr: addr.to_owned(),
-        source,
-    })?;
+    let server = ServerInfo::parse(&info).map_err(parse_err(addr))?;
+    let replication = ReplicationInfo::parse(&info).map_err(parse_err(addr))?;
+    // Migration jobs are read from primaries only: a replica lists mirrored IMPORT entries
+    // without `source_node`/`target_node` (seen on 9.1.2). A reply that does not parse is
+    // logged and left out rather than failing the whole observation.
+    let migrations = if server.version.has_atomic_slot_migration()
+        && replication.role == ReplicationRole::Primary
+    {
+        match super::migrate::get_slot_migrations(pool, addr).await {
+            Ok(m) => m,
+            Err(e @ CommandError::Parse { .. }) => {
+                tracing::warn!(addr, error = %e, "ignoring unparsable CLUSTER GETSLOTMIGRATIONS");
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        }
+    } else {
+        Vec::new()
+    };
     Ok(NodeObservation {
-        addr: addr.to_owned(),
-        nodes,
-        cluster_info: parse_info_fields(&cluster_info),
-        info: parse_info_fields(&info),
+        nodes: ClusterNodes::parse(&nodes).map_err(parse_err(addr))?,
+        cluster_info: Some(ClusterInfo::parse(&cluster_info).map_err(parse_err(addr))?),
+        replication: Some(replication),
+        server: Some(server),
+        migrations,
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_info_fields() {
-        let m = parse_info_fields("# Replication\r\nrole:master\r\nslave0:ip=1,port=2\r\n\r\n");
-        assert_eq!(m["role"], "master");
-        assert_eq!(m["slave0"], "ip=1,port=2");
-    }
+/// Observes every address concurrently and assembles the cluster view (unreachable or
+/// unparsable nodes are recorded as errors in the view, not returned).
+pub async fn observe_cluster(pool: &NodePool, addrs: &[String]) -> ClusterView {
+    let results = futures::future::join_all(addrs.iter().map(|a| async move {
+        (
+            a.clone(),
+            observe_node(pool, a).await.map_err(|e| e.to_string()),
+        )
+    }))
+    .await;
+    ClusterView::new(results.into_iter().collect::<BTreeMap<_, _>>())
 }

@@ -324,25 +324,51 @@ where
     }
 }
 
+/// `cluster_state:ok` with all 16384 slots served.
+pub fn cluster_healthy(o: &valkey_ops::model::NodeObservation) -> bool {
+    o.cluster_info.as_ref().is_some_and(|c| c.is_healthy())
+}
+
 /// Waits until every node in `addrs` reports `cluster_state:ok`, 16384 slots and knows
 /// exactly `addrs.len()` non-failed nodes.
 pub async fn wait_cluster_ok(pool: &NodePool, addrs: &[String], timeout: Duration) {
-    eventually("cluster_state ok everywhere", timeout, || async {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut problems = Vec::new();
         for a in addrs {
-            let o = commands::observe_node(pool, a).await.ok()?;
-            let healthy = o
-                .nodes
-                .nodes
-                .iter()
-                .filter(|n| !n.flags.failing() && !n.flags.handshake)
-                .count();
-            if !o.cluster_ok() || o.slots_assigned() != 16384 || healthy != addrs.len() {
-                return None;
+            match commands::observe_node(pool, a).await {
+                Ok(o) => {
+                    let healthy = o
+                        .nodes
+                        .nodes
+                        .iter()
+                        .filter(|n| !n.flags.failing() && !n.flags.handshake)
+                        .count();
+                    if !cluster_healthy(&o) || healthy != addrs.len() {
+                        problems.push(format!(
+                            "{a}: {:?}, {healthy} healthy nodes\n{:#?}",
+                            o.cluster_info,
+                            o.nodes
+                                .nodes
+                                .iter()
+                                .map(|n| (&n.id[..8], n.addr.host_port(), &n.flags, n.slot_count()))
+                                .collect::<Vec<_>>()
+                        ));
+                    }
+                }
+                Err(e) => problems.push(format!("{a}: {e}")),
             }
         }
-        Some(())
-    })
-    .await
+        if problems.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for cluster_state ok everywhere:\n{}",
+            problems.join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Forms a cluster of `primaries.len()` shards, each replica `replicas[i]` following
