@@ -1,0 +1,222 @@
+//! The ValkeyNode controller alone on localkube with real Valkey pods: the cluster-level
+//! objects come from the render layer (no ValkeyCluster controller), then
+//! - a StatefulSet node with persistence `Delete` gets its claim bound, the PVC finalizer, a
+//!   Ready status with pod name and IP (so the rendered config, ACL file, `include` of the
+//!   replication secret and the authenticated probes work in a real pod); deleting the node
+//!   deletes the claim;
+//! - a Deployment node (no persistence) becomes Ready too;
+//! - an idle Ready node causes no writes (its resourceVersion stays put).
+//!
+//! Needs root (localkube runs pods as processes in network namespaces); skipped otherwise.
+
+use std::os::unix::fs::MetadataExt;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use valkey_api::{ValkeyCluster, ValkeyNode};
+use valkey_operator::render::{self, valkeynode::NodeInputs};
+
+const NS: &str = "default";
+const MANAGER: &str = "node-controller-test";
+
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+async fn install_crds(client: &Client) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in valkey_api::crds() {
+        let name = crd.name_any();
+        api.patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let established = api
+                .get(&name)
+                .await?
+                .status
+                .and_then(|s| s.conditions)
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                });
+            if established {
+                break;
+            }
+            ensure!(Instant::now() < deadline, "CRD {name} not established");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
+}
+
+async fn apply<K>(client: &Client, obj: &K) -> anyhow::Result<()>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), NS);
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(obj),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Applies the cluster-level objects of `vc` (ConfigMap, Secrets, Service) and its node 0-0.
+async fn apply_cluster_objects(client: &Client, vc: &ValkeyCluster) -> anyhow::Result<ValkeyNode> {
+    let name = vc.name_any();
+    let spec = &vc.spec;
+    let passwords = render::secrets::system_passwords(None);
+    apply(
+        client,
+        &render::secrets::system_secret(&name, NS, &passwords, None),
+    )
+    .await?;
+    let acl = render::acl::render_acl_file(spec, &passwords, &Default::default());
+    apply(
+        client,
+        &render::secrets::acl_secret(&name, NS, &acl.content, None),
+    )
+    .await?;
+    apply(client, &render::config::config_map(&name, NS, spec, None)).await?;
+    apply(client, &render::service::service(&name, NS, None)).await?;
+    let inputs = NodeInputs {
+        acl_revision: Some(acl.revision),
+        workload_revision: Some("1".into()),
+    };
+    let node = render::valkeynode::valkey_node(vc, 0, 0, &inputs, None);
+    apply(client, &node).await?;
+    Ok(node)
+}
+
+fn cluster(name: &str, spec: serde_json::Value) -> ValkeyCluster {
+    let mut vc = ValkeyCluster::new(name, serde_json::from_value(spec).unwrap());
+    vc.metadata.namespace = Some(NS.into());
+    vc
+}
+
+async fn wait_ready(
+    api: &Api<ValkeyNode>,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<ValkeyNode> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let n = api.get(name).await?;
+        if n.status.as_ref().is_some_and(|s| s.ready) {
+            return Ok(n);
+        }
+        if Instant::now() > deadline {
+            bail!("ValkeyNode {name} not ready: {:?}", n.status);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_controller_on_localkube() -> anyhow::Result<()> {
+    if !is_root() {
+        eprintln!("skipped: localkube pods need root");
+        return Ok(());
+    }
+    let opts = localkube::Options {
+        nodes: 2,
+        zones: 1,
+        ..localkube::Options::default()
+    };
+    let env = localkube::Env::start(opts).await?;
+    let client = env.client();
+    let result = scenario(&client).await;
+    env.stop().await;
+    result
+}
+
+async fn scenario(client: &Client) -> anyhow::Result<()> {
+    install_crds(client).await?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(valkey_operator::node::run(client.clone(), async move {
+        let _ = stop_rx.await;
+    }));
+    let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), NS);
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+
+    let sts_cluster = cluster(
+        "pers",
+        serde_json::json!({"shards": 1, "persistence": {"size": "64Mi", "reclaimPolicy": "Delete"},
+                           "exporter": {"enabled": false}}),
+    );
+    let deploy_cluster = cluster(
+        "cache",
+        serde_json::json!({"shards": 1, "workloadType": "Deployment", "exporter": {"enabled": false}}),
+    );
+    let a = apply_cluster_objects(client, &sts_cluster).await?;
+    let b = apply_cluster_objects(client, &deploy_cluster).await?;
+
+    let t0 = Instant::now();
+    let a = wait_ready(&nodes, &a.name_any(), Duration::from_secs(180)).await?;
+    let b = wait_ready(&nodes, &b.name_any(), Duration::from_secs(180)).await?;
+    eprintln!("both ValkeyNodes Ready after {:?}", t0.elapsed());
+    for n in [&a, &b] {
+        let st = n.status.as_ref().unwrap();
+        ensure!(st.pod_ip.is_some(), "no pod IP: {st:?}");
+        ensure!(st.pod_name.is_some(), "no pod name: {st:?}");
+        ensure!(
+            st.applied_workload_revision.as_deref() == Some("1"),
+            "{st:?}"
+        );
+    }
+    ensure!(
+        a.finalizers()
+            .iter()
+            .any(|f| f == valkey_operator::node::FINALIZER)
+    );
+    ensure!(b.finalizers().is_empty());
+    let claim = pvcs.get(&render::names::pvc_name(&a.name_any())).await?;
+    ensure!(claim.status.and_then(|s| s.phase).as_deref() == Some("Bound"));
+
+    // Idle: no writes to the ready node for a while.
+    let rv = nodes.get(&a.name_any()).await?.resource_version();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    ensure!(
+        nodes.get(&a.name_any()).await?.resource_version() == rv,
+        "idle node was written"
+    );
+
+    // Delete: the finalizer removes the claim, then the node goes away.
+    nodes
+        .delete(&a.name_any(), &DeleteParams::default())
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let gone = nodes.get_opt(&a.name_any()).await?.is_none();
+        let claim = pvcs
+            .get_opt(&render::names::pvc_name(&a.name_any()))
+            .await?;
+        let claim_gone = claim.is_none_or(|c| c.metadata.deletion_timestamp.is_some());
+        if gone && claim_gone {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "node or claim not deleted (node gone: {gone})"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let _ = stop_tx.send(());
+    controller.await??;
+    Ok(())
+}
