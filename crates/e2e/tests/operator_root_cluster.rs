@@ -1,9 +1,10 @@
 //! End-to-end: the operator (both controllers, in-process) on localkube with real Valkey pods.
 //!
-//! Needs root (localkube runs pods as processes in network namespaces). Scenarios, in one
-//! environment to share its start-up: a 3×1 cluster reaches Ready with all its resources and
-//! serves 10 000 keys through a cluster-aware client; killing a primary's server process gives
-//! its shard back with the full replica count; a 1×0 cluster reaches Ready.
+//! Needs root (localkube runs pods as processes in network namespaces). Scenarios: a 3×1
+//! cluster reaches Ready with all its resources, makes no writes while idle and serves 10 000
+//! keys through a cluster-aware client, then a 1×0 cluster reaches Ready (one environment);
+//! killing a primary's server process makes its replica take over, the cluster returns to
+//! Ready with the full replica count and acknowledged writes survive (a second environment).
 
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
@@ -292,7 +293,7 @@ async fn owned_versions(client: &Client, name: &str) -> anyhow::Result<Vec<(Stri
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn operator_root_3x1_ready_serves_and_recovers() -> anyhow::Result<()> {
+async fn operator_root_3x1_and_1x0_ready_and_serve() -> anyhow::Result<()> {
     if !is_root() {
         eprintln!("skipped: needs root (localkube runs pods as processes in network namespaces)");
         return Ok(());
@@ -364,6 +365,71 @@ async fn operator_root_3x1_ready_serves_and_recovers() -> anyhow::Result<()> {
     write_read(&mut conn, 10_000, "k").await?;
     eprintln!("MEASURE 10000 SET+GET: {:.1}s", t.elapsed().as_secs_f64());
 
+    // 1 × 0.
+    create_user_secret(&client, "solo-app", pw).await?;
+    let started = Instant::now();
+    create_cluster(&client, "solo", 1, 0).await?;
+    wait_ready(&client, "solo", 1, Duration::from_secs(180)).await?;
+    eprintln!(
+        "MEASURE 1x0 apply→Ready: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    check_topology(&client, "solo", 1, 0, pw).await?;
+    let mut conn = cluster_client(&client, "solo", pw).await?;
+    write_read(&mut conn, 1000, "solo").await?;
+
+    let text = metrics.encode();
+    ensure!(text.contains("valkey_operator_reconciles_total{controller=\"valkeycluster\"}"));
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(10), operator).await;
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operator_root_primary_kill_fails_over_and_keeps_data() -> anyhow::Result<()> {
+    if !is_root() {
+        eprintln!("skipped: needs root (localkube runs pods as processes in network namespaces)");
+        return Ok(());
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let env = localkube::Env::start(localkube::Options::default()).await?;
+    let client = env.client();
+    install_crds(&client).await?;
+    let metrics = Arc::new(valkey_operator::metrics::Metrics::new());
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let operator = tokio::spawn(valkey_operator::run_controllers(
+        client.clone(),
+        metrics,
+        async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        },
+    ));
+    let name = "fo";
+    let pw = "app-password-1";
+    create_user_secret(&client, &format!("{name}-app"), pw).await?;
+    create_cluster(&client, name, 3, 1).await?;
+    let vc = wait_ready(&client, name, 3, Duration::from_secs(300)).await?;
+    let status = vc.status.clone().context("status")?;
+    let mut conn = cluster_client(&client, name, pw).await?;
+    // Acknowledged writes: each confirmed by one replica (WAIT 1).
+    for i in 0..2_000 {
+        let key = format!("k:{i}");
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(i)
+            .query_async(&mut conn)
+            .await?;
+        if i % 100 == 99 {
+            let acked: i64 = redis::cmd("WAIT")
+                .arg(1)
+                .arg(2000)
+                .query_async(&mut conn)
+                .await?;
+            ensure!(acked >= 1, "WAIT 1 not acknowledged");
+        }
+    }
+
     // Kill the server process of shard 0's primary.
     let victim = status.shard_statuses[0]
         .primary_pod
@@ -404,30 +470,22 @@ async fn operator_root_3x1_ready_serves_and_recovers() -> anyhow::Result<()> {
         .and_then(|s| s.shard_statuses[0].primary_pod.clone());
     eprintln!("shard 0 primary: {victim} → {new_primary:?}");
     check_topology(&client, name, 3, 1, pw).await?;
+    ensure!(
+        new_primary.as_deref() != Some(victim.as_str()),
+        "no failover: the killed primary {victim} came back as primary"
+    );
     let mut conn = cluster_client(&client, name, pw).await?;
-    for i in (0..10_000).step_by(97) {
-        let v: usize = redis::cmd("GET")
+    for i in 0..2_000 {
+        let v: Option<usize> = redis::cmd("GET")
             .arg(format!("k:{i}"))
             .query_async(&mut conn)
             .await?;
-        ensure!(v == i);
+        ensure!(
+            v == Some(i),
+            "acknowledged key k:{i} lost after the failover: {v:?}"
+        );
     }
 
-    // 1 × 0.
-    create_user_secret(&client, "solo-app", pw).await?;
-    let started = Instant::now();
-    create_cluster(&client, "solo", 1, 0).await?;
-    wait_ready(&client, "solo", 1, Duration::from_secs(180)).await?;
-    eprintln!(
-        "MEASURE 1x0 apply→Ready: {:.1}s",
-        started.elapsed().as_secs_f64()
-    );
-    check_topology(&client, "solo", 1, 0, pw).await?;
-    let mut conn = cluster_client(&client, "solo", pw).await?;
-    write_read(&mut conn, 1000, "solo").await?;
-
-    let text = metrics.encode();
-    ensure!(text.contains("valkey_operator_reconciles_total{controller=\"valkeycluster\"}"));
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), operator).await;
     env.stop().await;

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use futures::FutureExt;
-use futures::future::Shared;
 use kube::Client;
+use tracing::error;
 
 use crate::metrics::Metrics;
 
@@ -15,6 +15,12 @@ pub async fn run_controllers(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let shutdown: Shared<futures::future::BoxFuture<'static, ()>> = shutdown.boxed().shared();
-    crate::cluster::run(client, metrics, shutdown).await;
+    let shutdown = shutdown.boxed().shared();
+    let cluster = crate::cluster::run(client.clone(), metrics, shutdown.clone());
+    let node = async {
+        if let Err(e) = crate::node::run(client, shutdown).await {
+            error!("ValkeyNode controller stopped: {e:#}");
+        }
+    };
+    futures::join!(cluster, node);
 }

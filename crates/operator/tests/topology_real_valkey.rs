@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use valkey_operator::cluster::act;
-use valkey_operator::cluster::topology::{self, Desired, Member, NodeView};
+use valkey_operator::cluster::topology::{self, Desired, Member};
+use valkey_operator::cluster::{act, observe};
 use valkey_ops::client::{ClientConfig, NodePool};
 use valkey_ops::commands::{SystemUsers, observe_node, system_acl_rules};
 
@@ -89,11 +89,7 @@ async fn members(pool: &NodePool, servers: &[Server]) -> Vec<Member> {
     let mut out = Vec::new();
     for s in servers {
         let addr = format!("127.0.0.1:{}", s.port);
-        let view = observe_node(pool, &addr).await.ok().map(|o| NodeView {
-            cluster_ok: o.cluster_ok(),
-            primary_link_up: o.primary_link_up(),
-            nodes: o.nodes,
-        });
+        let view = observe_node(pool, &addr).await.ok().map(observe::node_view);
         out.push(Member {
             shard: s.shard,
             index: s.index,

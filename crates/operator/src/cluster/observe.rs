@@ -9,6 +9,7 @@ use valkey_api::defaults::VALKEY_PORT;
 use valkey_api::labels;
 use valkey_ops::client::NodePool;
 use valkey_ops::commands::observe_node;
+use valkey_ops::model::{ClusterState, NodeObservation, PrimaryLinkStatus};
 
 use super::topology::{Member, NodeView};
 
@@ -56,6 +57,21 @@ pub fn unschedulable_message(pod: &Pod) -> Option<String> {
     })
 }
 
+/// The parts of an observation the topology decision uses.
+pub fn node_view(o: NodeObservation) -> NodeView {
+    NodeView {
+        cluster_ok: o
+            .cluster_info
+            .as_ref()
+            .is_some_and(|c| c.state == ClusterState::Ok),
+        primary_link_up: o
+            .replication
+            .as_ref()
+            .is_some_and(|r| r.primary_link_status == Some(PrimaryLinkStatus::Up)),
+        nodes: o.nodes,
+    }
+}
+
 /// Members of the desired layout with a running pod, each with its live view (or `None` when
 /// unreachable). Pods of positions outside the layout are included too (they may still hold
 /// slots); `desired` only orders the result.
@@ -76,11 +92,7 @@ pub async fn members(pool: &NodePool, pods: &[Pod]) -> Vec<Member> {
     base.sort_by_key(|m| (m.shard, m.index));
     let views = join_all(base.iter().map(|m| async move {
         match observe_node(pool, &m.addr).await {
-            Ok(o) => Some(NodeView {
-                cluster_ok: o.cluster_ok(),
-                primary_link_up: o.primary_link_up(),
-                nodes: o.nodes,
-            }),
+            Ok(o) => Some(node_view(o)),
             Err(e) => {
                 debug!(pod = %m.pod, addr = %m.addr, error = %e, "node not observable");
                 None
