@@ -152,6 +152,18 @@ pub fn phase(pod: &Pod, st: &PodRuntimeState) -> String {
             waiting += 1;
         }
     }
+    // A pod being deleted whose containers all stopped is terminal (the
+    // kubelet reports Succeeded/Failed before removing it).
+    let deleting = pod.metadata.deletion_timestamp.is_some();
+    if deleting && running == 0 && waiting == 0 && stopped > 0 {
+        let all_ok = st.containers.iter().all(|c| {
+            c.state
+                .terminated
+                .as_ref()
+                .is_some_and(|t| t.exit_code == 0)
+        });
+        return if all_ok { "Succeeded" } else { "Failed" }.into();
+    }
     if waiting > 0 {
         "Pending".into()
     } else if running > 0 {
@@ -458,6 +470,10 @@ mod tests {
         assert_eq!(phase(&pod("OnFailure"), &st(&[0, 0])), "Succeeded");
         assert_eq!(phase(&pod("OnFailure"), &st(&[1])), "Running");
         assert_eq!(phase(&pod("Always"), &st(&[0])), "Running");
+        let mut deleting = pod("Always");
+        deleting.metadata.deletion_timestamp = Some(now());
+        assert_eq!(phase(&deleting, &st(&[143])), "Failed");
+        assert_eq!(phase(&deleting, &st(&[0])), "Succeeded");
         let mut restarting = st(&[]);
         let mut c = ContainerRuntimeState::new("c", "i", "CrashLoopBackOff");
         c.last_state = terminated("c", 1).state.into();
