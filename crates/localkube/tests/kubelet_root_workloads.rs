@@ -138,6 +138,66 @@ async fn kubelet_root_workloads() {
     create_ns(&client, ns).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
 
+    // --- Nodes: labels, capacity, addresses, conditions and leases.
+    let nodes_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let all_nodes = nodes_api.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(all_nodes.len(), env.node_names().len());
+    let zones: BTreeSet<String> = all_nodes
+        .iter()
+        .map(|n| n.metadata.labels.as_ref().unwrap()["topology.kubernetes.io/zone"].clone())
+        .collect();
+    assert_eq!(zones.len(), 3, "{zones:?}");
+    let gateway = env.gateway().unwrap().to_string();
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "kube-node-lease");
+    for n in &all_nodes {
+        let name = n.metadata.name.clone().unwrap();
+        let labels = n.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["kubernetes.io/hostname"], name);
+        assert_eq!(labels["kubernetes.io/os"], "linux");
+        assert_eq!(labels["kubernetes.io/arch"], "amd64");
+        let st = n.status.as_ref().unwrap();
+        assert!(st.allocatable.as_ref().unwrap().contains_key("cpu"));
+        assert!(st.capacity.as_ref().unwrap().contains_key("memory"));
+        let addrs = st.addresses.as_ref().unwrap();
+        assert!(
+            addrs
+                .iter()
+                .any(|a| a.type_ == "InternalIP" && a.address == gateway)
+        );
+        assert!(
+            addrs
+                .iter()
+                .any(|a| a.type_ == "Hostname" && a.address == name)
+        );
+        let conds = st.conditions.as_ref().unwrap();
+        assert!(
+            conds
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        );
+        for t in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+            assert!(
+                conds.iter().any(|c| c.type_ == t && c.status == "False"),
+                "{t}"
+            );
+        }
+        let taints = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        assert!(
+            taints.is_empty(),
+            "node lifecycle never taints a healthy node: {taints:?}"
+        );
+        let lease = leases.get(&name).await.unwrap();
+        assert_eq!(
+            lease.spec.unwrap().holder_identity.as_deref(),
+            Some(name.as_str())
+        );
+    }
+
     // --- StatefulSet with anti-affinity: Ready, PING, spread over nodes.
     let sts: StatefulSet = serde_json::from_value(json!({
         "metadata": {"name": "kv"},

@@ -67,7 +67,9 @@ pub(crate) async fn register(shared: &Arc<Shared>, n: &NodeSpec) -> anyhow::Resu
             taints: (!n.taints.is_empty()).then(|| n.taints.clone()),
             ..Default::default()
         }),
-        status: None,
+        // Like the kubelet, register with the full status so the node is
+        // Ready (and never tainted not-ready) from the first moment.
+        status: serde_json::from_value(status_json(shared, n, &[])).ok(),
     };
     match api.create(&PostParams::default(), &node).await {
         Ok(_) => {}
@@ -83,14 +85,13 @@ pub(crate) async fn register(shared: &Arc<Shared>, n: &NodeSpec) -> anyhow::Resu
     Ok(())
 }
 
-async fn patch_status(shared: &Arc<Shared>, n: &NodeSpec) -> anyhow::Result<()> {
-    let api: Api<Node> = Api::all(shared.client.clone());
+/// The node status the kubelet posts, keeping transition times from `prev`.
+fn status_json(
+    shared: &Shared,
+    n: &NodeSpec,
+    prev: &[k8s_openapi::api::core::v1::NodeCondition],
+) -> serde_json::Value {
     let now = Timestamp::now().to_string();
-    let existing = api.get_status(&n.name).await?;
-    let prev = existing
-        .status
-        .and_then(|s| s.conditions)
-        .unwrap_or_default();
     let transition = |type_: &str, status: &str| {
         prev.iter()
             .find(|c| c.type_ == type_ && c.status == status)
@@ -105,35 +106,43 @@ async fn patch_status(shared: &Arc<Shared>, n: &NodeSpec) -> anyhow::Result<()> 
         })
     };
     let resources = allocatable(n);
-    let patch = json!({
-        "status": {
-            "capacity": resources,
-            "allocatable": resources,
-            "conditions": [
-                cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-                cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-            ],
-            "addresses": [
-                {"type": "InternalIP", "address": shared.host_ip},
-                {"type": "Hostname", "address": n.name},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {
-                "machineID": format!("localkube-{}", n.name),
-                "systemUUID": format!("localkube-{}", n.name),
-                "bootID": format!("localkube-{}", n.name),
-                "kernelVersion": kernel_version(),
-                "osImage": "localkube",
-                "containerRuntimeVersion": "localkube://0.1.0",
-                "kubeletVersion": "v1.37.0-localkube",
-                "kubeProxyVersion": "",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
-        }
-    });
+    json!({
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": [
+            cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+        ],
+        "addresses": [
+            {"type": "InternalIP", "address": shared.host_ip},
+            {"type": "Hostname", "address": n.name},
+        ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {
+            "machineID": format!("localkube-{}", n.name),
+            "systemUUID": format!("localkube-{}", n.name),
+            "bootID": format!("localkube-{}", n.name),
+            "kernelVersion": kernel_version(),
+            "osImage": "localkube",
+            "containerRuntimeVersion": "localkube://0.1.0",
+            "kubeletVersion": "v1.37.0-localkube",
+            "kubeProxyVersion": "",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
+    })
+}
+
+async fn patch_status(shared: &Arc<Shared>, n: &NodeSpec) -> anyhow::Result<()> {
+    let api: Api<Node> = Api::all(shared.client.clone());
+    let existing = api.get_status(&n.name).await?;
+    let prev = existing
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default();
+    let patch = json!({"status": status_json(shared, n, &prev)});
     api.patch_status(&n.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
