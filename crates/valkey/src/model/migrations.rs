@@ -61,9 +61,10 @@ pub struct SlotMigration {
     pub operation: MigrationOperation,
     /// Slot ranges of the job.
     pub slot_ranges: Vec<SlotRange>,
-    /// Node id sending the slots.
+    /// Node id sending the slots (empty when the answering node is a replica:
+    /// Valkey 9.1 omits both node ids in a replica's log).
     pub source_node: String,
-    /// Node id receiving the slots.
+    /// Node id receiving the slots (empty on a replica, see `source_node`).
     pub target_node: String,
     /// Unix seconds of creation.
     pub create_time: Option<i64>,
@@ -109,8 +110,8 @@ fn parse_job(v: &Value) -> Result<SlotMigration, ParseError> {
         name: req_string(&pairs, "name")?,
         operation,
         slot_ranges,
-        source_node: req_string(&pairs, "source_node")?,
-        target_node: req_string(&pairs, "target_node")?,
+        source_node: opt_string(&pairs, "source_node").unwrap_or_default(),
+        target_node: opt_string(&pairs, "target_node").unwrap_or_default(),
         create_time: opt_i64(&pairs, "create_time")?,
         last_update_time: opt_i64(&pairs, "last_update_time")?,
         last_ack_time: opt_i64(&pairs, "last_ack_time")?,
@@ -265,5 +266,27 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn replica_entries_without_node_ids_parse() {
+        // A replica of an import target (Valkey 9.1.2) lists the job without
+        // source_node/target_node.
+        let s = |x: &str| Value::BulkString(x.as_bytes().to_vec());
+        let v = Value::Array(vec![Value::Array(vec![
+            s("name"),
+            s("5a0c5e3a8f0d4f2f9e63c1d3b2a1908f7e6d5c4b"),
+            s("operation"),
+            s("IMPORT"),
+            s("slot_ranges"),
+            s("0-99"),
+            s("state"),
+            s("success"),
+        ])]);
+        let jobs = parse_slot_migrations(&v).expect("parses");
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].source_node, "");
+        assert_eq!(jobs[0].target_node, "");
+        assert_eq!(jobs[0].state, MigrationState::Success);
     }
 }
