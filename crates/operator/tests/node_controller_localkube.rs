@@ -4,7 +4,10 @@
 //!   Ready status with pod name and IP (so the rendered config, ACL file, `include` of the
 //!   replication secret and the authenticated probes work in a real pod); deleting the node
 //!   deletes the claim;
-//! - a Deployment node (no persistence) becomes Ready too;
+//! - a Deployment node (no persistence) becomes Ready too, and its metrics-exporter sidecar
+//!   serves Valkey metrics on `<podIP>:9121` (authenticated as `_exporter`);
+//! - a pod template change waits (`WorkloadRollPending`) until `workloadRevision` is bumped,
+//!   then rolls the pod;
 //! - an idle Ready node causes no writes (its resourceVersion stays put).
 //!
 //! Needs root (localkube runs pods as processes in network namespaces); skipped otherwise.
@@ -161,7 +164,7 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     );
     let deploy_cluster = cluster(
         "cache",
-        serde_json::json!({"shards": 1, "workloadType": "Deployment", "exporter": {"enabled": false}}),
+        serde_json::json!({"shards": 1, "workloadType": "Deployment"}),
     );
     let a = apply_cluster_objects(client, &sts_cluster).await?;
     let b = apply_cluster_objects(client, &deploy_cluster).await?;
@@ -196,6 +199,80 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
         "idle node was written"
     );
 
+    // The exporter sidecar of the Deployment node reaches its server.
+    let ip = b.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = scrape(&ip).await.unwrap_or_default();
+        if metrics.lines().any(|l| l == "redis_up 1") {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "exporter never reported redis_up 1: {metrics:.400}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    // A template change with the same workload revision is deferred...
+    let bname = b.name_any();
+    let merge = |v: serde_json::Value| Patch::Merge(v);
+    nodes
+        .patch(
+            &bname,
+            &PatchParams::default(),
+            &merge(serde_json::json!(
+            {"spec": {"config": {"hash": "changed"}}})),
+        )
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let n = nodes.get(&bname).await?;
+        let pending = n.status.as_ref().is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == "WorkloadRollPending"
+                    && c.status == "True"
+                    && c.reason == "AwaitingWorkloadRevision"
+            })
+        });
+        if pending {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "no WorkloadRollPending: {:?}",
+            n.status
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let old_pod = b.status.as_ref().and_then(|s| s.pod_name.clone());
+    // ... and applied once the revision is bumped: a new pod, Ready, no pending condition.
+    nodes
+        .patch(
+            &bname,
+            &PatchParams::default(),
+            &merge(serde_json::json!(
+            {"spec": {"workloadRevision": "2"}})),
+        )
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let n = nodes.get(&bname).await?;
+        let st = n.status.clone().unwrap_or_default();
+        let rolled = st.ready
+            && st.applied_workload_revision.as_deref() == Some("2")
+            && st.pod_name != old_pod
+            && st
+                .conditions
+                .iter()
+                .all(|c| c.type_ != "WorkloadRollPending");
+        if rolled {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "roll not applied: {st:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
     // Delete: the finalizer removes the claim, then the node goes away.
     nodes
         .delete(&a.name_any(), &DeleteParams::default())
@@ -219,4 +296,19 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     let _ = stop_tx.send(());
     controller.await??;
     Ok(())
+}
+
+/// `GET /metrics` from the exporter on `ip:9121` (plain HTTP/1.0).
+async fn scrape(ip: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::time::timeout(
+        Duration::from_secs(3),
+        tokio::net::TcpStream::connect((ip, 9121)),
+    )
+    .await??;
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await?;
+    let mut body = String::new();
+    tokio::time::timeout(Duration::from_secs(5), conn.read_to_string(&mut body)).await??;
+    Ok(body)
 }

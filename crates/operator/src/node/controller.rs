@@ -237,13 +237,8 @@ async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeE
     let desired_hash = desired.template_hash().unwrap_or_default().to_owned();
     let wl_name = names::workload_name(&name);
     let desired_rev = node.spec.workload_revision.as_deref();
-    let applied_rev = node
-        .status
-        .as_ref()
-        .and_then(|s| s.applied_workload_revision.as_deref());
     let (mut sts, mut deploy) = (None, None);
     let mut roll_pending = false;
-    let mut applied_now = None;
     let template_changed;
     match desired {
         Workload::StatefulSet(obj) => {
@@ -256,11 +251,10 @@ async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeE
             template_changed = o
                 .as_ref()
                 .is_some_and(|o| o.template_hash.as_deref() != Some(desired_hash.as_str()));
-            match workload_action(o.as_ref(), &desired_hash, desired_rev, applied_rev) {
+            match workload_action(o.as_ref(), &desired_hash, desired_rev) {
                 WorkloadAction::Apply => {
                     info!(node = %name, workload = %wl_name, "applying StatefulSet");
                     sts = Some(api.patch(&wl_name, &apply, &Patch::Apply(&*obj)).await?);
-                    applied_now = desired_rev.map(str::to_owned);
                 }
                 WorkloadAction::Defer => roll_pending = true,
                 WorkloadAction::Keep => {}
@@ -276,11 +270,10 @@ async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeE
             template_changed = o
                 .as_ref()
                 .is_some_and(|o| o.template_hash.as_deref() != Some(desired_hash.as_str()));
-            match workload_action(o.as_ref(), &desired_hash, desired_rev, applied_rev) {
+            match workload_action(o.as_ref(), &desired_hash, desired_rev) {
                 WorkloadAction::Apply => {
                     info!(node = %name, workload = %wl_name, "applying Deployment");
                     deploy = Some(api.patch(&wl_name, &apply, &Patch::Apply(&*obj)).await?);
-                    applied_now = desired_rev.map(str::to_owned);
                 }
                 WorkloadAction::Defer => roll_pending = true,
                 WorkloadAction::Keep => {}
@@ -309,7 +302,12 @@ async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeE
         pod,
         pvc: observed_pvc.as_ref(),
         roll_pending,
-        applied_workload_revision: applied_now,
+        // The revision the workload now carries is the applied one.
+        applied_workload_revision: sts
+            .as_ref()
+            .map(|w| &w.metadata)
+            .or(deploy.as_ref().map(|w| &w.metadata))
+            .and_then(|m| ObservedWorkload::from_meta(m, None).workload_revision),
     };
     let was_pending = node.status.as_ref().is_some_and(|s| {
         s.conditions.iter().any(|c| {

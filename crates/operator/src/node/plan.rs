@@ -42,14 +42,16 @@ pub enum WorkloadAction {
 }
 
 /// Decides whether to write the workload. A pod template change is applied at once when the
-/// ValkeyNode has no `workloadRevision`; with one, only when that revision differs from the
-/// revision already applied (the ValkeyCluster controller bumps it to authorize the roll).
-/// Non-template drift (revision annotation, replicas) is always corrected.
+/// ValkeyNode has no `workloadRevision`; with one, only when it differs from the revision the
+/// workload carries (its `valkey.io/workload-revision` annotation is the applied revision; the
+/// ValkeyCluster controller bumps `workloadRevision` to authorize the roll). Reading the
+/// applied revision from the workload rather than from the node's status keeps the decision
+/// right even when the controller's cache of the ValkeyNode is stale. Non-template drift
+/// (revision annotation, replicas) is always corrected.
 pub fn workload_action(
     observed: Option<&ObservedWorkload>,
     desired_hash: &str,
     desired_revision: Option<&str>,
-    applied_revision: Option<&str>,
 ) -> WorkloadAction {
     let Some(o) = observed else {
         return WorkloadAction::Apply;
@@ -57,7 +59,7 @@ pub fn workload_action(
     let template_changed = o.template_hash.as_deref() != Some(desired_hash);
     if template_changed {
         return match desired_revision {
-            Some(rev) if applied_revision == Some(rev) => WorkloadAction::Defer,
+            Some(rev) if o.workload_revision.as_deref() == Some(rev) => WorkloadAction::Defer,
             _ => WorkloadAction::Apply,
         };
     }
@@ -95,27 +97,24 @@ mod tests {
 
     #[test]
     fn missing_workload_is_applied() {
-        assert_eq!(
-            workload_action(None, "h", Some("1"), Some("1")),
-            WorkloadAction::Apply
-        );
+        assert_eq!(workload_action(None, "h", Some("1")), WorkloadAction::Apply);
     }
 
     #[test]
     fn template_change_waits_for_revision_bump() {
         let o = obs("old", Some("1"));
         assert_eq!(
-            workload_action(Some(&o), "new", Some("1"), Some("1")),
+            workload_action(Some(&o), "new", Some("1")),
             WorkloadAction::Defer
         );
         assert_eq!(
-            workload_action(Some(&o), "new", Some("2"), Some("1")),
+            workload_action(Some(&o), "new", Some("2")),
             WorkloadAction::Apply
         );
         // Without revisions there is no gate.
         let o = obs("old", None);
         assert_eq!(
-            workload_action(Some(&o), "new", None, None),
+            workload_action(Some(&o), "new", None),
             WorkloadAction::Apply
         );
     }
@@ -124,17 +123,18 @@ mod tests {
     fn unchanged_is_kept_and_drift_corrected() {
         let o = obs("h", Some("1"));
         assert_eq!(
-            workload_action(Some(&o), "h", Some("1"), Some("1")),
+            workload_action(Some(&o), "h", Some("1")),
             WorkloadAction::Keep
         );
+        // A bumped revision without a template change only updates the annotation.
         assert_eq!(
-            workload_action(Some(&o), "h", Some("2"), Some("1")),
+            workload_action(Some(&o), "h", Some("2")),
             WorkloadAction::Apply
         );
         let mut scaled = o.clone();
         scaled.replicas = Some(0);
         assert_eq!(
-            workload_action(Some(&scaled), "h", Some("1"), Some("1")),
+            workload_action(Some(&scaled), "h", Some("1")),
             WorkloadAction::Apply
         );
     }

@@ -60,7 +60,7 @@ pub struct Observed<'a> {
     pub pvc: Option<&'a PersistentVolumeClaim>,
     /// A template change is deferred until the workload revision is bumped.
     pub roll_pending: bool,
-    /// Workload revision now applied to the workload.
+    /// Workload revision the workload carries (its `valkey.io/workload-revision` annotation).
     pub applied_workload_revision: Option<String>,
 }
 
@@ -315,10 +315,7 @@ pub fn compute_status(node: &ValkeyNode, observed: &Observed<'_>, now: &Time) ->
             .and_then(|p| p.status.as_ref())
             .and_then(|s| s.pod_ip.clone())
             .filter(|ip| !ip.is_empty()),
-        applied_workload_revision: observed
-            .applied_workload_revision
-            .clone()
-            .or(previous.applied_workload_revision.clone()),
+        applied_workload_revision: observed.applied_workload_revision.clone(),
         observed_generation: generation,
         conditions,
     }
