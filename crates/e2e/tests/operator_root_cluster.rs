@@ -378,6 +378,33 @@ async fn operator_root_3x1_and_1x0_ready_and_serve() -> anyhow::Result<()> {
     let mut conn = cluster_client(&client, "solo", pw).await?;
     write_read(&mut conn, 1000, "solo").await?;
 
+    // Scale out 1 → 2 shards: the new shard's primary gets half the slots (atomic migration),
+    // the keys stay readable.
+    let started = Instant::now();
+    Api::<ValkeyCluster>::namespaced(client.clone(), NS)
+        .patch(
+            "solo",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"shards": 2}})),
+        )
+        .await?;
+    let vc = wait_ready(&client, "solo", 2, Duration::from_secs(180)).await?;
+    eprintln!(
+        "MEASURE scale-out 1→2 shards: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let shards = vc.status.context("status")?.shard_statuses;
+    ensure!(shards.iter().all(|s| !s.slots.is_empty()), "{shards:?}");
+    check_topology(&client, "solo", 2, 0, pw).await?;
+    let mut conn = cluster_client(&client, "solo", pw).await?;
+    for i in 0..1000 {
+        let v: Option<usize> = redis::cmd("GET")
+            .arg(format!("solo:{i}"))
+            .query_async(&mut conn)
+            .await?;
+        ensure!(v == Some(i), "solo:{i} = {v:?} after scale-out");
+    }
+
     // A pod the scheduler cannot place: Degraded / PodUnschedulable with its message.
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
     let vc: ValkeyCluster = serde_json::from_value(serde_json::json!({

@@ -1,12 +1,17 @@
 //! Executes one topology step with the idempotent Valkey commands, reporting what happened as
 //! events and as the Progressing/Degraded facts of the pass.
 
+use std::time::Duration;
+
 use tracing::{info, warn};
 use valkey_ops::client::NodePool;
 use valkey_ops::commands::{self, CommandError};
 
 use super::topology::Step;
 use crate::status::{EventSpec, reason};
+
+/// Longest wait for one slot-migration batch.
+const MIGRATION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Outcome of a step.
 #[derive(Debug, Default)]
@@ -161,6 +166,43 @@ pub async fn execute(pool: &NodePool, step: &Step) -> Outcome {
                     "attaching {} replicas ({waiting} waiting for gossip)",
                     attachments.len()
                 ),
+            ));
+        }
+        Step::MigrateSlots { source, moves } => {
+            let atomic: Vec<commands::AtomicMove> = moves
+                .iter()
+                .map(|(id, _, ranges)| commands::AtomicMove {
+                    ranges: ranges.clone(),
+                    target_id: id.clone(),
+                })
+                .collect();
+            let shards: Vec<String> = moves.iter().map(|(_, s, _)| s.to_string()).collect();
+            match commands::migrate_slots_atomic(pool, source, &atomic, MIGRATION_TIMEOUT).await {
+                Ok(n) if n > 0 => {
+                    out.acted = true;
+                    out.events.push(EventSpec::normal(
+                        "SlotsRebalancing",
+                        "MigrateSlots",
+                        format!(
+                            "moved {n} slots from {source} to shard(s) {}",
+                            shards.join(", ")
+                        ),
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(source, error = %e, "slot migration failed");
+                    out.events.push(EventSpec::warning(
+                        "SlotRebalanceFailed",
+                        "MigrateSlots",
+                        format!("moving slots from {source}: {e}"),
+                    ));
+                    out.failure = Some((reason::REBALANCE_FAILED, format!("moving slots: {e}")));
+                }
+            }
+            out.progress = Some((
+                reason::REBALANCING_SLOTS,
+                format!("moving slots to shard(s) {}", shards.join(", ")),
             ));
         }
         Step::Forget { node_id, addrs } => {

@@ -5,11 +5,11 @@
 //! Shard membership comes from the ValkeyNode labels (shard/node index → pod → node id); roles
 //! and slot ownership come only from the live `CLUSTER NODES` views, never from pod names.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use valkey_api::status::ShardStatus;
 use valkey_ops::model::{ClusterNode, ClusterNodes};
-use valkey_ops::plan::initial_assignment;
+use valkey_ops::plan::{initial_assignment, plan_rebalance};
 use valkey_ops::{SLOT_COUNT, SlotRange, SlotSet};
 
 use crate::status::TopologyFacts;
@@ -95,6 +95,14 @@ pub enum Step {
         /// (replica address, primary node id, shard index).
         attachments: Vec<(String, String, i32)>,
     },
+    /// Move slots from one primary to the primaries of other shards (scale-out rebalance),
+    /// one batch of the minimal-move plan.
+    MigrateSlots {
+        /// Address of the source primary.
+        source: String,
+        /// (target primary node id, target shard index, slot ranges).
+        moves: Vec<(String, i32, Vec<SlotRange>)>,
+    },
     /// Forget a failed node that is no pod's identity any more.
     Forget {
         /// Node id to forget.
@@ -112,6 +120,7 @@ impl Step {
             Self::ReMeet { .. } => "ReMeet",
             Self::AssignSlots { .. } => "AssignSlots",
             Self::Replicate { .. } => "Replicate",
+            Self::MigrateSlots { .. } => "MigrateSlots",
             Self::Forget { .. } => "Forget",
         }
     }
@@ -138,8 +147,8 @@ fn known_by<'a>(seed: &'a ClusterNodes, id: &str) -> Option<&'a ClusterNode> {
 }
 
 /// The live primary of a shard: the member owning slots as a primary (in its own view), else
-/// for a shard that never had slots and has no replica yet, the node-index-0 member when it is
-/// a primary known to the seed.
+/// for a shard without slots whose members follow no outside node, the node-index-0 member
+/// when it is a primary known to the seed.
 fn shard_primary<'a>(shard: i32, members: &'a [Member], seed: &ClusterNodes) -> Option<&'a Member> {
     let in_shard = || members.iter().filter(move |m| m.shard == shard);
     let owner = in_shard()
@@ -152,13 +161,15 @@ fn shard_primary<'a>(shard: i32, members: &'a [Member], seed: &ClusterNodes) -> 
     if owner.is_some() {
         return owner;
     }
-    let any_replica = in_shard().any(|m| {
-        m.view
-            .as_ref()
-            .and_then(NodeView::me)
-            .is_some_and(ClusterNode::is_replica)
+    // A member replicating a node outside the shard's live members (its dead primary, which
+    // may still own slots) means: wait for failover, do not crown an empty node.
+    let ids: BTreeSet<&str> = in_shard().filter_map(Member::id).collect();
+    let follows_outsider = in_shard().any(|m| {
+        m.view.as_ref().and_then(NodeView::me).is_some_and(|me| {
+            me.is_replica() && me.primary_id.as_deref().is_none_or(|p| !ids.contains(p))
+        })
     });
-    if any_replica {
+    if follows_outsider {
         return None;
     }
     in_shard().find(|m| {
@@ -266,7 +277,12 @@ pub fn next_step(desired: Desired, members: &[Member]) -> Option<Step> {
         return Some(Step::Replicate { attachments });
     }
 
-    // 5. Forget one failed node that is no member's identity, owns no slots and has no live
+    // 5. Give slots to shards that have none (scale-out), one batch of the minimal-move plan.
+    if let Some(step) = rebalance_step(desired, members, seed_view) {
+        return Some(step);
+    }
+
+    // 6. Forget one failed node that is no member's identity, owns no slots and has no live
     //    replica following it (the command re-checks this guard on every node).
     let live_ids: BTreeSet<&str> = members.iter().filter_map(Member::id).collect();
     let followed: BTreeSet<&str> = members
@@ -287,6 +303,63 @@ pub fn next_step(desired: Desired, members: &[Member]) -> Option<Step> {
             .filter(|m| m.view.is_some())
             .map(|m| m.addr.clone())
             .collect(),
+    })
+}
+
+/// Slots moved per rebalance batch.
+pub const REBALANCE_BATCH_SLOTS: usize = 4096;
+
+/// A rebalance batch when every slot is owned by a live shard primary of the layout, every
+/// shard has a joined primary and some shard owns no slot.
+fn rebalance_step(desired: Desired, members: &[Member], seed: &ClusterNodes) -> Option<Step> {
+    let mut current = BTreeMap::new();
+    let mut primaries = BTreeMap::new();
+    let mut views = BTreeMap::new();
+    for shard in 0..desired.shards {
+        let p = shard_primary(shard, members, seed)?;
+        let view = p.view.as_ref()?;
+        let me = view.me()?;
+        current.insert(shard, me.slot_set());
+        primaries.insert(shard, (p.addr.clone(), me.id.clone()));
+        views.insert(shard, &view.nodes);
+    }
+    if current.values().all(|s| !s.is_empty()) {
+        return None;
+    }
+    let targets: BTreeSet<i32> = current.keys().copied().collect();
+    // Not a partition of all slots (some owned outside the layout or unassigned): no plan.
+    let plan = plan_rebalance(&current, &targets, REBALANCE_BATCH_SLOTS).ok()?;
+    let batch = plan.batches.into_iter().next()?;
+    let source = batch.first()?.source;
+    // Gossip must have converged between source and targets: each knows the other, and each
+    // target sees every slot owned (else the migration handshake is refused).
+    let (_, source_id) = primaries.get(&source)?;
+    let converged = batch.iter().filter(|m| m.source == source).all(|m| {
+        let (Some(tv), Some(sv), Some((_, tid))) = (
+            views.get(&m.target),
+            views.get(&source),
+            primaries.get(&m.target),
+        ) else {
+            return false;
+        };
+        known_by(tv, source_id).is_some()
+            && known_by(sv, tid).is_some()
+            && owned_slots(tv).len() == usize::from(SLOT_COUNT)
+    });
+    if !converged {
+        return None;
+    }
+    let moves = batch
+        .iter()
+        .filter(|m| m.source == source)
+        .filter_map(|m| {
+            let (_, id) = primaries.get(&m.target)?;
+            Some((id.clone(), m.target, m.ranges()))
+        })
+        .collect();
+    Some(Step::MigrateSlots {
+        source: primaries.get(&source)?.0.clone(),
+        moves,
     })
 }
 
@@ -630,6 +703,56 @@ mod tests {
                 nodes: vec!["10.0.0.66:6379".into()]
             })
         );
+    }
+
+    #[test]
+    fn new_shard_gets_slots_by_migration() {
+        // 2 shards owning everything, a third (scale-out) joined with no slots.
+        let mut n = vec![node(1, 0, 0), node(3, 1, 0), node(5, 2, 0)];
+        n[0].slots = "0-8191";
+        n[1].slots = "8192-16383";
+        let d = Desired {
+            shards: 3,
+            replicas: 0,
+        };
+        let m = world(&n, &[1, 3, 5]);
+        let Some(Step::MigrateSlots { source, moves }) = next_step(d, &m) else {
+            panic!("expected migration, got {:?}", next_step(d, &m))
+        };
+        assert!(source == "10.0.0.1:6379" || source == "10.0.0.3:6379");
+        assert_eq!(moves.len(), 1);
+        assert_eq!(moves[0].0, id(5));
+        assert_eq!(moves[0].1, 2);
+        let moved: usize = moves[0].2.iter().map(SlotRange::len).sum();
+        assert!(moved > 0 && moved <= REBALANCE_BATCH_SLOTS);
+        // The others know the new primary, but it does not know them yet: wait.
+        let mut m = world(&n, &[1, 3, 5]);
+        m[2].view = world(&n, &[]).remove(2).view;
+        assert_eq!(next_step(d, &m), None);
+        // Balanced: nothing to do.
+        let mut n = vec![node(1, 0, 0), node(3, 1, 0), node(5, 2, 0)];
+        n[0].slots = "0-5460";
+        n[1].slots = "5461-10922";
+        n[2].slots = "10923-16383";
+        assert_eq!(next_step(d, &world(&n, &[1, 3, 5])), None);
+    }
+
+    #[test]
+    fn new_shard_with_replica_attached_still_gets_slots() {
+        let mut n = vec![node(1, 0, 0), node(2, 0, 1), node(3, 1, 0), node(4, 1, 1)];
+        n[0].slots = "0-16383";
+        n[1].primary_of = Some(1);
+        n[3].primary_of = Some(3);
+        let d = Desired {
+            shards: 2,
+            replicas: 1,
+        };
+        let m = world(&n, &[1, 2, 3, 4]);
+        let Some(Step::MigrateSlots { source, moves }) = next_step(d, &m) else {
+            panic!("expected migration, got {:?}", next_step(d, &m))
+        };
+        assert_eq!(source, "10.0.0.1:6379");
+        assert_eq!(moves[0].0, id(3));
     }
 
     #[test]
