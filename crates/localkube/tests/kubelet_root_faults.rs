@@ -51,6 +51,26 @@ fn pod_ready(p: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// Waits until pod `name` is Ready; on timeout the panic shows its status.
+async fn ready(pods: &Api<Pod>, name: &str, timeout: Duration) -> Pod {
+    let start = Instant::now();
+    loop {
+        let pod = pods.get_opt(name).await.ok().flatten();
+        if let Some(p) = pod.as_ref().filter(|p| pod_ready(p)) {
+            return p.clone();
+        }
+        if start.elapsed() > timeout {
+            let status = pod
+                .and_then(|p| p.status)
+                .map(|s| serde_json::to_string_pretty(&s).unwrap_or_default());
+            panic!(
+                "timed out after {timeout:?} waiting for pod {name} to be Ready; status: {status:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn phase(p: &Pod) -> String {
     p.status
         .as_ref()
@@ -156,10 +176,7 @@ async fn kubelet_root_faults_and_lifecycle() {
     }))
     .unwrap();
     pods.create(&pp, &init).await.unwrap();
-    let init = wait_for("init pod Ready", Duration::from_secs(60), || async {
-        pods.get("init").await.ok().filter(pod_ready)
-    })
-    .await;
+    let init = ready(&pods, "init", Duration::from_secs(60)).await;
     let statuses = init
         .status
         .as_ref()
@@ -181,6 +198,24 @@ async fn kubelet_root_faults_and_lifecycle() {
         async move { log.contains("ORDER one two").then_some(()) }
     })
     .await;
+
+    // --- hostNetwork pods run in the host's network; podIP = hostIP.
+    let hostnet: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "hostnet"},
+        "spec": {
+            "hostNetwork": true,
+            "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", "sleep 3600"]}],
+            "terminationGracePeriodSeconds": 1,
+        }
+    }))
+    .unwrap();
+    pods.create(&pp, &hostnet).await.unwrap();
+    let hostnet = ready(&pods, "hostnet", Duration::from_secs(60)).await;
+    let st = hostnet.status.unwrap();
+    assert_eq!(st.pod_ip, st.host_ip);
+    pods.delete("hostnet", &DeleteParams::default())
+        .await
+        .unwrap();
 
     // --- Restart policies and phases.
     pods.create(&pp, &sh_pod("never-fails", "Never", "exit 3"))
@@ -282,10 +317,7 @@ async fn kubelet_root_faults_and_lifecycle() {
     }))
     .unwrap();
     pods.create(&pp, &valkey).await.unwrap();
-    let kv = wait_for("kv Ready", Duration::from_secs(60), || async {
-        pods.get("kv").await.ok().filter(pod_ready)
-    })
-    .await;
+    let kv = ready(&pods, "kv", Duration::from_secs(60)).await;
     let ip = kv.status.as_ref().unwrap().pod_ip.clone().unwrap();
     assert!(ping(&ip, 6379));
     faults.pause(ns, "kv", "valkey").unwrap();

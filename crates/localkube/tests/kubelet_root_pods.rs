@@ -52,6 +52,26 @@ fn pod_ready(p: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// Waits until pod `name` is Ready; on timeout the panic shows its status.
+async fn ready(pods: &Api<Pod>, name: &str, timeout: Duration) -> Pod {
+    let start = Instant::now();
+    loop {
+        let pod = pods.get_opt(name).await.ok().flatten();
+        if let Some(p) = pod.as_ref().filter(|p| pod_ready(p)) {
+            return p.clone();
+        }
+        if start.elapsed() > timeout {
+            let status = pod
+                .and_then(|p| p.status)
+                .map(|s| serde_json::to_string_pretty(&s).unwrap_or_default());
+            panic!(
+                "timed out after {timeout:?} waiting for pod {name} to be Ready; status: {status:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn create_ns(client: &Client, name: &str) {
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
     Api::<Namespace>::all(client.clone())
@@ -131,10 +151,7 @@ async fn kubelet_root_pod_lifecycle() {
     pods.create(&PostParams::default(), &valkey_pod("v1"))
         .await
         .unwrap();
-    let v1 = wait_for("v1 Ready", Duration::from_secs(60), || async {
-        pods.get("v1").await.ok().filter(pod_ready)
-    })
-    .await;
+    let v1 = ready(&pods, "v1", Duration::from_secs(60)).await;
     let latency = t0.elapsed();
     eprintln!(
         "MEASURE pod create-to-Ready latency: {} ms",
@@ -258,10 +275,7 @@ async fn kubelet_root_pod_lifecycle() {
     }))
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
-    let content = wait_for("content Running", Duration::from_secs(60), || async {
-        pods.get("content").await.ok().filter(pod_ready)
-    })
-    .await;
+    let content = ready(&pods, "content", Duration::from_secs(60)).await;
     let content_ip = content.status.as_ref().unwrap().pod_ip.clone().unwrap();
     let log = wait_for("content log", Duration::from_secs(20), || {
         let log = log_of(&dir, &content, "main", 0);
@@ -317,10 +331,7 @@ async fn kubelet_root_pod_lifecycle() {
     pods.create(&PostParams::default(), &stubborn)
         .await
         .unwrap();
-    let stubborn = wait_for("stubborn Ready", Duration::from_secs(60), || async {
-        pods.get("stubborn").await.ok().filter(pod_ready)
-    })
-    .await;
+    let stubborn = ready(&pods, "stubborn", Duration::from_secs(60)).await;
     wait_for("stubborn started", Duration::from_secs(10), || {
         let log = log_of(&dir, &stubborn, "main", 0);
         async move { log.contains("STARTED").then_some(()) }
@@ -402,10 +413,7 @@ async fn kubelet_root_pod_lifecycle() {
     )
     .await
     .unwrap();
-    let w1 = wait_for("w1 Ready", Duration::from_secs(60), || async {
-        pods.get("w1").await.ok().filter(pod_ready)
-    })
-    .await;
+    let w1 = ready(&pods, "w1", Duration::from_secs(60)).await;
     wait_for("w1 wrote", Duration::from_secs(10), || {
         let log = log_of(&dir, &w1, "main", 0);
         async move { log.contains("WROTE").then_some(()) }
@@ -424,10 +432,7 @@ async fn kubelet_root_pod_lifecycle() {
     )
     .await
     .unwrap();
-    let w2 = wait_for("w2 Ready", Duration::from_secs(60), || async {
-        pods.get("w2").await.ok().filter(pod_ready)
-    })
-    .await;
+    let w2 = ready(&pods, "w2", Duration::from_secs(60)).await;
     wait_for("w2 reads the data", Duration::from_secs(10), || {
         let log = log_of(&dir, &w2, "main", 0);
         async move { log.contains("persisted-").then_some(()) }
@@ -451,20 +456,20 @@ async fn kubelet_root_pod_lifecycle() {
 
     // --- Teardown leaves nothing behind.
     let bridge = std::fs::read_to_string(dir.join("bridge")).unwrap();
-    let mut pids: Vec<u32> = env
+    use localkube::runtime::pidfile::{PidRecord, start_time};
+    let mut procs: Vec<PidRecord> = env
         .control_plane_pids()
         .into_iter()
-        .map(|(_, p)| p)
+        .filter_map(|(_, p)| {
+            let pid = p as i32;
+            start_time(pid).map(|start_time| PidRecord { pid, start_time })
+        })
         .collect();
     let prefix = format!("{}-", bridge.trim());
     for netns in localkube::runtime::cleanup::list_netns(&prefix) {
-        pids.extend(
-            localkube::runtime::cleanup::netns_processes(&netns)
-                .into_iter()
-                .map(|r| r.pid as u32),
-        );
+        procs.extend(localkube::runtime::cleanup::netns_processes(&netns));
     }
-    assert!(pids.len() > 4, "pod processes found: {pids:?}");
+    assert!(procs.len() > 4, "pod processes found: {procs:?}");
     env.stop().await;
     assert!(
         !Path::new("/sys/class/net").join(bridge.trim()).exists(),
@@ -483,12 +488,19 @@ async fn kubelet_root_pod_lifecycle() {
             .any(|n| n.starts_with(&format!("{}-", bridge.trim()))),
         "no netns left: {netns:?}"
     );
-    for pid in pids {
-        assert!(
-            !Path::new(&format!("/proc/{pid}")).exists(),
-            "process {pid} gone"
-        );
-    }
+    // Still running = same pid and start time, and not a zombie.
+    let running = |r: &PidRecord| {
+        let state = std::fs::read_to_string(format!("/proc/{}/stat", r.pid))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim().chars().next())
+            })
+            .flatten();
+        r.is_alive() && state != Some('Z')
+    };
+    let left: Vec<&PidRecord> = procs.iter().filter(|r| running(r)).collect();
+    assert!(left.is_empty(), "processes left behind: {left:?}");
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(
         !mounts.contains(dir.to_string_lossy().as_ref()),

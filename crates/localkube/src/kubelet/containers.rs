@@ -35,7 +35,7 @@ pub(crate) struct Supervisor {
     pub index: usize,
     pub volumes: Arc<BTreeMap<String, PreparedVolume>>,
     pub pod_dir: PathBuf,
-    pub netns_path: PathBuf,
+    pub netns_path: Option<PathBuf>,
     pub info: PodRuntimeInfo,
 }
 
@@ -125,6 +125,10 @@ fn termination_grace(pod: &Pod, probe: Option<&Probe>) -> Duration {
 }
 
 fn hostname(pod: &Pod) -> Option<String> {
+    if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
+        // Host-network pods share the host's UTS namespace.
+        return None;
+    }
     let name = pod
         .spec
         .as_ref()
@@ -335,7 +339,7 @@ async fn run_once(
             .map(PathBuf::from)
             .or(image.working_dir.clone()),
         mounts,
-        netns_path: Some(sup.netns_path.clone()),
+        netns_path: sup.netns_path.clone(),
         hostname: host,
         state_dir: state_dir.clone(),
         log_path: sup

@@ -17,6 +17,28 @@
 //! [`Kubelets::faults`] returns [`Faults`], the fault-injection handle for
 //! tests; [`Kubelets::shutdown`] kills every pod (SIGKILL) and removes all
 //! sandboxes.
+//!
+//! Module map: `node` registration/heartbeats/leases, `pods` (pod
+//! workers, status reporting), `containers` (supervisors: start, hooks,
+//! restarts, termination), [`probes`], [`volumes`] (+ [`atomic_writer`]),
+//! [`envvars`] (+ [`expand`], [`fieldpath`], [`quantity`]), [`status`]
+//! (pure status computation), [`backoff`], [`objects`] (ConfigMap/Secret
+//! caches), [`storage`], `events`.
+//!
+//! Not emulated (honest limits): no kubelet HTTP server, so `kubectl
+//! logs/exec/port-forward/attach` and metrics do not work (container output
+//! goes to `<state_dir>/pods/<uid>/logs/<container>/<restart>.log`); no
+//! kube-proxy (Service ClusterIPs do not route) and no cluster DNS, so
+//! service links env vars are not injected; no cgroups (resource requests
+//! and limits are reported to the downward API but not enforced, no
+//! OOMKilled); no PID or user namespaces and `securityContext`
+//! (runAsUser, fsGroup, capabilities) is ignored — containers run as root;
+//! no `terminationMessagePath`; HTTPS and gRPC probes are reported as
+//! failures; no image pulls (images resolve through the image table);
+//! ephemeral containers, in-place resize, static pods, eviction under
+//! pressure and volume types other than emptyDir, hostPath, configMap,
+//! secret, downwardAPI, projected and persistentVolumeClaim are not
+//! supported (the pod waits with `FailedMount`).
 
 pub mod atomic_writer;
 pub mod backoff;

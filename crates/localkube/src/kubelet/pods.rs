@@ -298,11 +298,11 @@ async fn worker(
     } else {
         create_sandbox(shared, ps, &rx).await
     };
-    if let Some(sandbox) = sandbox {
+    if let Some(net) = sandbox {
         let started = tokio::select! {
             biased;
             _ = wait_deleted(rx.clone()) => false,
-            r = start_pod(shared, ps, &rx, sandbox, &pod_dir, tasks, &mut supervisors) => r,
+            r = start_pod(shared, ps, &rx, net, &pod_dir, tasks, &mut supervisors) => r,
         };
         if started {
             // Run until deleted or every container is done for good.
@@ -385,17 +385,28 @@ impl Drop for Task {
     }
 }
 
+/// Where a pod's containers run.
+enum PodNet {
+    /// Their own network namespace.
+    Sandbox(Sandbox),
+    /// The host's network (`hostNetwork: true`); pod IP = node IP.
+    Host,
+}
+
 /// Creates the pod's sandbox, retrying until it works or the pod is deleted.
 /// Not raced against deletion, so a sandbox is never created and forgotten.
 async fn create_sandbox(
     shared: &Arc<Shared>,
     ps: &Arc<PodShared>,
     rx: &watch::Receiver<Pod>,
-) -> Option<Sandbox> {
+) -> Option<PodNet> {
     loop {
         let pod = rx.borrow().clone();
         if pod.metadata.deletion_timestamp.is_some() {
             return None;
+        }
+        if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
+            return Some(PodNet::Host);
         }
         let network = shared.network.clone();
         let id = ps
@@ -407,7 +418,7 @@ async fn create_sandbox(
         match tokio::task::spawn_blocking(move || network.create_sandbox(&id)).await {
             Ok(Ok(sb)) => {
                 *ps.sandbox.lock().unwrap_or_else(|e| e.into_inner()) = Some(sb.clone());
-                return Some(sb);
+                return Some(PodNet::Sandbox(sb));
             }
             Ok(Err(e)) => {
                 set_waiting_all(
@@ -437,13 +448,16 @@ async fn start_pod(
     shared: &Arc<Shared>,
     ps: &Arc<PodShared>,
     rx: &watch::Receiver<Pod>,
-    sandbox: Sandbox,
+    net: PodNet,
     pod_dir: &std::path::Path,
     tasks: &mut JoinSet<()>,
     supervisors: &mut Vec<(watch::Sender<bool>, Task)>,
 ) -> bool {
     let pod = rx.borrow().clone();
-    let pod_ip = sandbox.ip.to_string();
+    let (pod_ip, netns_path) = match &net {
+        PodNet::Sandbox(sb) => (sb.ip.to_string(), Some(sb.netns_path.clone())),
+        PodNet::Host => (shared.host_ip.clone(), None),
+    };
     ps.with_state(|st| {
         st.pod_ips = vec![pod_ip.clone()];
         st.sandbox_ready = true;
@@ -506,7 +520,7 @@ async fn start_pod(
         index: 0,
         volumes: prepared.clone(),
         pod_dir: pod_dir.to_path_buf(),
-        netns_path: sandbox.netns_path.clone(),
+        netns_path,
         info: info.clone(),
     };
 
