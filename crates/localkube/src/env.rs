@@ -196,6 +196,9 @@ impl Env {
             }
             None => None,
         };
+        if kubelets.is_some() && opts.controllers {
+            wait_nodes_schedulable(&client).await?;
+        }
         tracing::info!(
             elapsed_ms = t0.elapsed().as_millis() as u64,
             dir = %dir.display(),
@@ -279,6 +282,43 @@ impl Drop for Env {
     /// namespaces, bridge and mounts; control-plane processes are killed.
     fn drop(&mut self) {
         self.cleanup();
+    }
+}
+
+/// Waits until the node lifecycle controller has seen every node Ready and
+/// removed the `node.kubernetes.io/not-ready` taint it puts on new nodes, so
+/// that pods created right after start are schedulable at once.
+async fn wait_nodes_schedulable(client: &Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Node;
+    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let list = nodes.list(&Default::default()).await?;
+        let pending: Vec<String> = list
+            .items
+            .iter()
+            .filter(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| {
+                        t.iter().any(|t| {
+                            matches!(
+                                t.key.as_str(),
+                                "node.kubernetes.io/not-ready" | "node.kubernetes.io/unreachable"
+                            )
+                        })
+                    })
+            })
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("nodes still carry node-lifecycle taints after 60s: {pending:?}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
 
