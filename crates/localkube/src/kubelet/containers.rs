@@ -482,6 +482,33 @@ fn record_exit(
     });
 }
 
+/// Records the `CrashLoopBackOff` waiting state (and event) before a delayed restart.
+fn crash_loop_back_off(sup: &Supervisor, delay: Duration) {
+    let pod = sup.pod();
+    let name = sup.container().map(|c| c.name).unwrap_or_default();
+    let target = format!(
+        "{}_{}({})",
+        pod.name_any(),
+        pod.namespace().unwrap_or_default(),
+        sup.pod.uid
+    );
+    sup.event(
+        true,
+        "BackOff",
+        format!("Back-off restarting failed container {name} in pod {target}"),
+    );
+    let msg = format!(
+        "back-off {}s restarting failed container={name} pod={target}",
+        delay.as_secs()
+    );
+    sup.update(|s| {
+        if s.state.terminated.is_some() {
+            s.last_state = Some(std::mem::take(&mut s.state));
+        }
+        s.state = waiting("CrashLoopBackOff", Some(msg));
+    });
+}
+
 async fn wait_stop(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
@@ -525,31 +552,7 @@ pub(crate) async fn supervise(sup: Supervisor, mut stop: watch::Receiver<bool>) 
                 }
                 let delay = backoff.next(Instant::now());
                 if !delay.is_zero() {
-                    let pod = sup.pod();
-                    let name = sup.container().map(|c| c.name).unwrap_or_default();
-                    let msg = format!(
-                        "back-off {}s restarting failed container={name} pod={}_{}({})",
-                        delay.as_secs(),
-                        pod.name_any(),
-                        pod.namespace().unwrap_or_default(),
-                        sup.pod.uid
-                    );
-                    sup.event(
-                        true,
-                        "BackOff",
-                        format!(
-                            "Back-off restarting failed container {name} in pod {}_{}({})",
-                            pod.name_any(),
-                            pod.namespace().unwrap_or_default(),
-                            sup.pod.uid
-                        ),
-                    );
-                    sup.update(|s| {
-                        if s.state.terminated.is_some() {
-                            s.last_state = Some(std::mem::take(&mut s.state));
-                        }
-                        s.state = waiting("CrashLoopBackOff", Some(msg));
-                    });
+                    crash_loop_back_off(&sup, delay);
                     if sleep_or_stop(delay, &mut stop).await {
                         return;
                     }
@@ -590,8 +593,11 @@ pub(crate) async fn supervise_init(sup: Supervisor, mut stop: watch::Receiver<bo
                     return false;
                 }
                 let delay = backoff.next(Instant::now());
-                if !delay.is_zero() && sleep_or_stop(delay, &mut stop).await {
-                    return false;
+                if !delay.is_zero() {
+                    crash_loop_back_off(&sup, delay);
+                    if sleep_or_stop(delay, &mut stop).await {
+                        return false;
+                    }
                 }
             }
         }

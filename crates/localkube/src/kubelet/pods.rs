@@ -595,6 +595,16 @@ async fn refresh_volumes(
     mut tokens: TokenCache,
 ) {
     let mut changes = shared.objects.subscribe();
+    // Pod updates matter only through the downward API (labels, annotations)
+    // or deletion; status updates are ignored.
+    let meta_of = |p: &Pod| {
+        (
+            p.metadata.labels.clone(),
+            p.metadata.annotations.clone(),
+            p.metadata.deletion_timestamp.is_some(),
+        )
+    };
+    let mut last_meta = meta_of(&rx.borrow());
     loop {
         tokio::select! {
             r = changes.recv() => {
@@ -605,7 +615,16 @@ async fn refresh_volumes(
                     _ => {}
                 }
             }
-            r = rx.changed() => { if r.is_err() { return; } }
+            r = rx.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                let meta = meta_of(&rx.borrow());
+                if meta == last_meta {
+                    continue;
+                }
+                last_meta = meta;
+            }
             _ = tokio::time::sleep(Duration::from_secs(60)) => {}
         }
         let pod = rx.borrow().clone();
