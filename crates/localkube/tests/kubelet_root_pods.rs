@@ -166,6 +166,34 @@ async fn kubelet_root_pod_lifecycle() {
     assert!(cs.ready && cs.started == Some(true) && cs.container_id.is_some());
     assert_eq!(cs.image, "valkey/valkey:9.0.0");
 
+    // --- More latency samples: with the exec readiness probe, and without probes.
+    let mut probed = Vec::new();
+    let mut bare = Vec::new();
+    for i in 0..3 {
+        let name = format!("lat{i}");
+        let t = Instant::now();
+        pods.create(&PostParams::default(), &valkey_pod(&name))
+            .await
+            .unwrap();
+        ready(&pods, &name, Duration::from_secs(60)).await;
+        probed.push(t.elapsed().as_millis());
+        let name = format!("bare{i}");
+        let mut pod = valkey_pod(&name);
+        pod.spec.as_mut().unwrap().containers[0].readiness_probe = None;
+        let t = Instant::now();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        ready(&pods, &name, Duration::from_secs(60)).await;
+        bare.push(t.elapsed().as_millis());
+    }
+    eprintln!(
+        "MEASURE create-to-Ready ms, exec readiness probe (period 1 s): {probed:?}; no probe: {bare:?}"
+    );
+    for i in 0..3 {
+        for n in [format!("lat{i}"), format!("bare{i}")] {
+            pods.delete(&n, &DeleteParams::default()).await.unwrap();
+        }
+    }
+
     // --- Kubelet events.
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
     wait_for(
