@@ -320,6 +320,28 @@ async fn kubelet_root_faults_and_lifecycle() {
     let kv = ready(&pods, "kv", Duration::from_secs(60)).await;
     let ip = kv.status.as_ref().unwrap().pod_ip.clone().unwrap();
     assert!(ping(&ip, 6379));
+    let out = faults
+        .exec(
+            ns,
+            "kv",
+            "valkey",
+            &["valkey-cli", "ping"],
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!((out.exit_code, out.output.trim()), (0, "PONG"));
+    let out = faults
+        .exec(
+            ns,
+            "kv",
+            "valkey",
+            &["sh", "-c", "echo $HOSTNAME"],
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.output.trim(), "kv");
     faults.pause(ns, "kv", "valkey").unwrap();
     assert!(!ping(&ip, 6379), "a paused server does not answer");
     faults.resume(ns, "kv", "valkey").unwrap();

@@ -382,6 +382,7 @@ async fn run_once(
         s.container_id = Some(container_id.clone());
         s.image_id = format!("localkube://{}", image.entry);
         s.running = Some(running.clone());
+        s.env = full_env.clone();
         s.started = !(has_startup && probes_apply);
         s.ready = s.started && !has_readiness && !sup.init;
         if sup.is_sidecar() {

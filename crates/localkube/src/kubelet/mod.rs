@@ -268,6 +268,30 @@ impl Faults {
         Ok(())
     }
 
+    /// Runs `argv` inside a running container (its namespaces, root and
+    /// environment), like `kubectl exec` would (which localkube cannot serve).
+    pub async fn exec(
+        &self,
+        ns: &str,
+        pod: &str,
+        container: &str,
+        argv: &[&str],
+        timeout: std::time::Duration,
+    ) -> anyhow::Result<crate::runtime::ExecResult> {
+        let (running, env) = {
+            let pods = self.shared.lock_pods();
+            let handle = pods
+                .values()
+                .find(|h| h.namespace == ns && h.name == pod)
+                .with_context(|| format!("pod {ns}/{pod} does not run on a localkube node"))?;
+            handle
+                .exec_target(container)
+                .with_context(|| format!("container {container} of {ns}/{pod} is not running"))?
+        };
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        Ok(running.exec_in(&argv, &env, timeout).await?)
+    }
+
     /// SIGKILLs a container's process, as a crash (the kubelet restarts it per restartPolicy).
     pub fn kill_container(&self, ns: &str, pod: &str, container: &str) -> anyhow::Result<()> {
         self.signal(ns, pod, container, Signal::SIGKILL)

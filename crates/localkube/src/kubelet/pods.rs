@@ -77,6 +77,19 @@ impl PodHandle {
         self.shared.sandbox()
     }
 
+    /// The running process of a container and its environment.
+    pub(crate) fn exec_target(
+        &self,
+        name: &str,
+    ) -> Option<(RunningContainer, Vec<(String, String)>)> {
+        let st = self.shared.snapshot();
+        st.containers
+            .iter()
+            .chain(st.init.iter())
+            .find(|c| c.name == name)
+            .and_then(|c| c.running.clone().map(|r| (r, c.env.clone())))
+    }
+
     /// Kills everything of the pod at once (node crash / shutdown): no
     /// hooks, no grace, no status.
     pub(crate) async fn hard_stop(self, shared: &Arc<Shared>) {

@@ -33,6 +33,8 @@ pub struct ContainerRuntimeState {
     pub started: bool,
     /// The running process, if any.
     pub running: Option<RunningContainer>,
+    /// The environment the running process got (for exec).
+    pub env: Vec<(String, String)>,
 }
 
 impl ContainerRuntimeState {
@@ -49,6 +51,7 @@ impl ContainerRuntimeState {
             ready: false,
             started: false,
             running: None,
+            env: Vec::new(),
         }
     }
 
