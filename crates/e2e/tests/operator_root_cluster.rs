@@ -430,6 +430,17 @@ async fn operator_root_3x1_and_1x0_ready_and_serve() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
+    // 10 shards × 1 replica (20 more pods beside the clusters above).
+    create_user_secret(&client, "big-app", pw).await?;
+    let started = Instant::now();
+    create_cluster(&client, "big", 10, 1).await?;
+    wait_ready(&client, "big", 10, Duration::from_secs(600)).await?;
+    eprintln!(
+        "MEASURE 10x1 apply→Ready: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    check_topology(&client, "big", 10, 1, pw).await?;
+
     let text = metrics.encode();
     ensure!(text.contains("valkey_operator_reconciles_total{controller=\"valkeycluster\"}"));
     let _ = stop_tx.send(true);
