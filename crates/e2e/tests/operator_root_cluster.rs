@@ -450,10 +450,6 @@ async fn operator_root_3x1_and_1x0_ready_and_serve() -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "fails today: without persistence the killed server restarts within the node timeout \
-            with its nodes.conf, keeps its slots as an empty primary and its replica resyncs \
-            from it (acknowledged writes lost); needs the pod to drop nodes.conf and wait past \
-            cluster-node-timeout after a restart (render layer)"]
 async fn operator_root_primary_kill_fails_over_and_keeps_data() -> anyhow::Result<()> {
     if !is_root() {
         eprintln!("skipped: needs root (localkube runs pods as processes in network namespaces)");

@@ -14,6 +14,7 @@ pub mod probes;
 pub mod secrets;
 pub mod service;
 pub mod spread;
+pub mod start;
 pub mod valkeynode;
 pub mod workload;
 

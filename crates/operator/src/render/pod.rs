@@ -19,7 +19,7 @@ use valkey_ops::commands::acl::EXPORTER_USER;
 use super::config::{ACL_DIR, ACL_KEY, CONFIG_DIR, CONFIG_FILE, DATA_DIR, SYSTEM_DIR, TLS_DIR};
 use super::containers::{MergeError, merge_containers};
 use super::secrets::{EXPORTER_PASSWORD_KEY, REPLICATION_CONF_KEY};
-use super::{names, probes};
+use super::{names, probes, start};
 
 /// Volume names.
 pub mod volumes {
@@ -98,7 +98,7 @@ fn pod_volumes(node_name: &str, spec: &ValkeyNodeSpec) -> Vec<Volume> {
     if let Some(tls) = &spec.tls_secret_name {
         v.push(secret_volume(volumes::TLS, tls.clone(), None));
     }
-    let data = if spec.persistence.is_some() && spec.workload_type == WorkloadType::StatefulSet {
+    let data = if persistent(spec) {
         Volume {
             name: volumes::DATA.to_owned(),
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
@@ -139,6 +139,11 @@ fn port(name: &str, p: i32) -> ContainerPort {
     }
 }
 
+/// Whether `/data` is a PersistentVolumeClaim.
+fn persistent(spec: &ValkeyNodeSpec) -> bool {
+    spec.persistence.is_some() && spec.workload_type == WorkloadType::StatefulSet
+}
+
 fn server_container(spec: &ValkeyNodeSpec) -> Container {
     let mut mounts = vec![
         mount(volumes::CONFIG, CONFIG_DIR, true),
@@ -152,24 +157,26 @@ fn server_container(spec: &ValkeyNodeSpec) -> Container {
     Container {
         name: SERVER_CONTAINER.to_owned(),
         image: Some(spec.image.clone()),
-        // The image's entrypoint runs `valkey-server` (as the valkey user).
-        args: Some(vec![
-            "valkey-server".into(),
-            CONFIG_FILE.into(),
-            "--cluster-announce-ip".into(),
-            format!("$({POD_IP_ENV})"),
-        ]),
-        env: Some(vec![EnvVar {
-            name: POD_IP_ENV.to_owned(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "status.podIP".into(),
+        // The start script execs the image's entrypoint with `valkey-server`
+        // (see render/start.rs for what it does on a restart).
+        command: Some(start::start_command()),
+        env: Some(vec![
+            EnvVar {
+                name: POD_IP_ENV.to_owned(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "status.podIP".into(),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 }),
                 ..Default::default()
-            }),
-            ..Default::default()
-        }]),
+            },
+            env(
+                start::PERSISTENT_ENV,
+                if persistent(spec) { "true" } else { "false" },
+            ),
+        ]),
         ports: Some(vec![
             port("valkey", VALKEY_PORT),
             port("cluster-bus", CLUSTER_BUS_PORT),
