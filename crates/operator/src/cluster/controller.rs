@@ -296,6 +296,16 @@ async fn reconcile_inner(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Er
     }
     let pool = ctx.pool(&key, &passwords.operator, tls_ca.as_deref());
     let members = observe::members(&pool, &observed_pods).await;
+    // Roles come from the live view; patched only when they change.
+    for (node, role) in observe::role_updates(&observed_nodes, &members) {
+        let patch = serde_json::json!({ "status": { "role": role } });
+        if let Err(e) = vnodes
+            .patch_status(&node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            debug!(node = %node, error = %e, "could not record the live role");
+        }
+    }
 
     let desired_layout = Desired {
         shards: spec.shards.max(0),

@@ -105,3 +105,93 @@ pub async fn members(pool: &NodePool, pods: &[Pod]) -> Vec<Member> {
     }
     base
 }
+
+/// The live role of a member for `ValkeyNode.status.role` (`primary` or
+/// `replica`), `None` while it cannot be observed.
+pub fn live_role(member: &Member) -> Option<&'static str> {
+    let me = member.view.as_ref()?.nodes.myself()?;
+    if me.is_primary() {
+        Some("primary")
+    } else if me.is_replica() {
+        Some("replica")
+    } else {
+        None
+    }
+}
+
+/// ValkeyNodes whose `status.role` differs from the live role of their pod:
+/// (ValkeyNode name, live role). Unobservable members are left as they are.
+pub fn role_updates(nodes: &[valkey_api::ValkeyNode], members: &[Member]) -> Vec<(String, String)> {
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let m = members
+                .iter()
+                .find(|m| m.shard == n.spec.shard_index && m.index == n.spec.node_index)?;
+            let role = live_role(m)?;
+            let current = n.status.as_ref().and_then(|s| s.role.as_deref());
+            (current != Some(role)).then(|| (n.name_any(), role.to_owned()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use valkey_ops::model::ClusterNodes;
+
+    fn member(shard: i32, index: i32, nodes: &str) -> Member {
+        Member {
+            shard,
+            index,
+            pod: format!("p-{shard}-{index}"),
+            addr: "10.0.0.1:6379".into(),
+            view: Some(NodeView {
+                nodes: ClusterNodes::parse(nodes).expect("nodes"),
+                cluster_ok: true,
+                primary_link_up: true,
+            }),
+        }
+    }
+
+    fn vnode(shard: i32, index: i32, role: Option<&str>) -> valkey_api::ValkeyNode {
+        let mut n: valkey_api::ValkeyNode = serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyNode",
+            "metadata": {"name": format!("c-{shard}-{index}")},
+            "spec": {"clusterName": "c", "shardIndex": shard, "nodeIndex": index,
+                     "image": "valkey/valkey:9.0.0", "terminationGracePeriodSeconds": 30},
+        }))
+        .expect("valkeynode");
+        n.status = Some(valkey_api::ValkeyNodeStatus {
+            role: role.map(str::to_owned),
+            ..Default::default()
+        });
+        n
+    }
+
+    const PRIMARY: &str = "aaa 10.0.0.1:6379@16379 myself,master - 0 0 1 connected 0-16383\n\
+                           bbb 10.0.0.2:6379@16379 slave aaa 0 1 1 connected\n";
+    const REPLICA: &str = "aaa 10.0.0.1:6379@16379 master - 0 0 1 connected 0-16383\n\
+                           bbb 10.0.0.2:6379@16379 myself,slave aaa 0 1 1 connected\n";
+
+    #[test]
+    fn roles_come_from_the_live_view_and_are_patched_only_on_change() {
+        // After a failover the node-index-1 pod is the primary.
+        let members = [member(0, 0, REPLICA), member(0, 1, PRIMARY)];
+        let nodes = [vnode(0, 0, Some("primary")), vnode(0, 1, Some("replica"))];
+        assert_eq!(
+            role_updates(&nodes, &members),
+            vec![
+                ("c-0-0".to_owned(), "replica".to_owned()),
+                ("c-0-1".to_owned(), "primary".to_owned())
+            ]
+        );
+        let settled = [vnode(0, 0, Some("replica")), vnode(0, 1, Some("primary"))];
+        assert!(role_updates(&settled, &members).is_empty());
+        let unobserved = Member {
+            view: None,
+            ..member(0, 0, PRIMARY)
+        };
+        assert!(role_updates(&[vnode(0, 0, None)], &[unobserved]).is_empty());
+    }
+}
