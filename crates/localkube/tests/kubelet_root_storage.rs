@@ -4,62 +4,18 @@
 //! once a pod uses the claim) and reclaim policies Delete and Retain.
 //! Needs root; CI runs as root.
 
-use std::future::Future;
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+#[macro_use]
+mod support;
+use support::*;
 
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
-
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-macro_rules! require_root {
-    () => {
-        if !is_root() {
-            eprintln!("skipped: needs root for network/mount namespaces and bridges");
-            return;
-        }
-    };
-}
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn create_ns(client: &Client, name: &str) {
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
-    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        Api::namespaced(client.clone(), name);
-    wait_for(
-        "default service account",
-        Duration::from_secs(30),
-        || async { sas.get_opt("default").await.ok().flatten() },
-    )
-    .await;
-}
 
 fn claim(name: &str, class: Option<&str>, size: &str) -> PersistentVolumeClaim {
     let mut spec =

@@ -6,86 +6,19 @@
 //! objects and a PodDisruptionBudget reports currentHealthy.
 //! Needs root (network and mount namespaces); CI runs as root.
 
+#[macro_use]
+mod support;
+use support::*;
+
 use std::collections::BTreeSet;
-use std::future::Future;
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::{Api, Client};
 use serde_json::json;
-
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-macro_rules! require_root {
-    () => {
-        if !is_root() {
-            eprintln!("skipped: needs root for network/mount namespaces and bridges");
-            return;
-        }
-    };
-}
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn pod_ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-async fn create_ns(client: &Client, name: &str) {
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
-    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        Api::namespaced(client.clone(), name);
-    wait_for(
-        "default service account",
-        Duration::from_secs(30),
-        || async { sas.get_opt("default").await.ok().flatten() },
-    )
-    .await;
-}
-
-fn ping(ip: &str, port: u16) -> bool {
-    let Ok(mut s) = std::net::TcpStream::connect_timeout(
-        &format!("{ip}:{port}").parse().unwrap(),
-        Duration::from_secs(1),
-    ) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-    if s.write_all(b"PING\r\n").is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 7];
-    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
-}
 
 fn valkey_template(app: &str, anti_affinity: bool) -> serde_json::Value {
     let mut spec = json!({
