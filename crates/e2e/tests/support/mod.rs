@@ -1,0 +1,298 @@
+//! Helpers shared by the root end-to-end tests: CRD install, ValkeyCluster creation, waiting
+//! for Ready, live topology checks and Valkey connections to pod IPs.
+// Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use valkey_api::ValkeyCluster;
+use valkey_api::status::ClusterState;
+
+pub const NS: &str = "default";
+
+pub fn is_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in valkey_api::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(
+            &name,
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let c = api.get(&name).await?;
+            let established = c
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            ensure!(Instant::now() < deadline, "CRD {name} not established");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
+}
+
+pub async fn create_user_secret(client: &Client, name: &str, password: &str) -> anyhow::Result<()> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let s: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name},
+        "stringData": {"password": password}
+    }))?;
+    api.create(&PostParams::default(), &s).await?;
+    Ok(())
+}
+
+pub async fn create_cluster(
+    client: &Client,
+    name: &str,
+    shards: i32,
+    replicas: i32,
+) -> anyhow::Result<()> {
+    create_cluster_with(client, name, shards, replicas, serde_json::json!({})).await
+}
+
+/// Creates a ValkeyCluster with user `app` (password in Secret `<name>-app`) and the extra
+/// `spec` fields of `extra` (a JSON object) merged in.
+pub async fn create_cluster_with(
+    client: &Client,
+    name: &str,
+    shards: i32,
+    replicas: i32,
+    extra: serde_json::Value,
+) -> anyhow::Result<()> {
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    let mut spec = serde_json::json!({
+        "shards": shards, "replicas": replicas,
+        "users": [{
+            "name": "app",
+            "passwordSecret": {"name": format!("{name}-app"), "keys": ["password"]},
+            "permissions": "+@all ~* &*"
+        }]
+    });
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    let vc: ValkeyCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+        "metadata": {"name": name},
+        "spec": spec
+    }))?;
+    api.create(&PostParams::default(), &vc).await?;
+    Ok(())
+}
+
+/// Waits until the cluster is Ready with all shards ready; returns the ready object.
+pub async fn wait_ready(
+    client: &Client,
+    name: &str,
+    shards: i32,
+    timeout: Duration,
+) -> anyhow::Result<ValkeyCluster> {
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    loop {
+        let vc = api.get(name).await?;
+        if let Some(s) = &vc.status {
+            let now = format!("{:?} {:?} {:?}", s.state, s.reason, s.message);
+            if now != last {
+                eprintln!("[{name}] {now}");
+                last = now;
+            }
+            if s.state == ClusterState::Ready && s.ready_shards == shards {
+                return Ok(vc);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("{name} not Ready after {timeout:?}: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+pub fn secret_value(s: &Secret, key: &str) -> anyhow::Result<String> {
+    let b = s
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .with_context(|| format!("secret key {key}"))?;
+    Ok(String::from_utf8(b.0.clone())?)
+}
+
+pub async fn pods_of(client: &Client, name: &str) -> anyhow::Result<Vec<Pod>> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    Ok(api
+        .list(&ListParams::default().labels(&format!("valkey.io/cluster={name}")))
+        .await?
+        .items)
+}
+
+pub fn pod_ip(p: &Pod) -> Option<String> {
+    p.status.as_ref()?.pod_ip.clone()
+}
+
+pub async fn node_conn(
+    ip: &str,
+    user: &str,
+    pw: &str,
+) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(format!("redis://{user}:{pw}@{ip}:6379"))?;
+    Ok(client.get_multiplexed_async_connection().await?)
+}
+
+/// Checks the live topology from every pod (as user `app`): cluster_state ok, all slots,
+/// `shards` primaries each with `replicas` replicas.
+pub async fn check_topology(
+    client: &Client,
+    name: &str,
+    shards: usize,
+    replicas: usize,
+    pw: &str,
+) -> anyhow::Result<()> {
+    check_topology_as(client, name, shards, replicas, "app", pw).await
+}
+
+/// [`check_topology`] authenticating as `user`.
+pub async fn check_topology_as(
+    client: &Client,
+    name: &str,
+    shards: usize,
+    replicas: usize,
+    user: &str,
+    pw: &str,
+) -> anyhow::Result<()> {
+    let pods = pods_of(client, name).await?;
+    ensure!(
+        pods.len() == shards * (1 + replicas),
+        "pod count {}",
+        pods.len()
+    );
+    for p in &pods {
+        let ip = pod_ip(p).context("pod ip")?;
+        let mut c = node_conn(&ip, user, pw).await?;
+        let info: String = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async(&mut c)
+            .await?;
+        ensure!(info.contains("cluster_state:ok"), "{ip}: {info}");
+        ensure!(
+            info.contains("cluster_slots_assigned:16384"),
+            "{ip}: {info}"
+        );
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut c)
+            .await?;
+        let lines: Vec<&str> = nodes.lines().filter(|l| !l.contains("fail")).collect();
+        let primaries: Vec<&str> = lines
+            .iter()
+            .filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("master")))
+            .map(|l| l.split(' ').next().unwrap_or_default())
+            .collect();
+        ensure!(primaries.len() == shards, "{ip}: primaries {nodes}");
+        for pid in primaries {
+            let n = lines
+                .iter()
+                .filter(|l| l.split(' ').nth(3) == Some(pid))
+                .count();
+            ensure!(
+                n == replicas,
+                "{ip}: primary {pid} has {n} replicas\n{nodes}"
+            );
+        }
+    }
+    Ok(())
+}
+
+pub async fn cluster_client(
+    client: &Client,
+    name: &str,
+    pw: &str,
+) -> anyhow::Result<redis::cluster_async::ClusterConnection> {
+    let seeds: Vec<String> = pods_of(client, name)
+        .await?
+        .iter()
+        .filter_map(pod_ip)
+        .map(|ip| format!("redis://{ip}:6379"))
+        .collect();
+    let cc = redis::cluster::ClusterClient::builder(seeds)
+        .username("app")
+        .password(pw)
+        .build()?;
+    Ok(cc.get_async_connection().await?)
+}
+
+pub async fn write_read(
+    conn: &mut redis::cluster_async::ClusterConnection,
+    n: usize,
+    prefix: &str,
+) -> anyhow::Result<()> {
+    for i in 0..n {
+        let _: () = redis::cmd("SET")
+            .arg(format!("{prefix}:{i}"))
+            .arg(i)
+            .query_async(conn)
+            .await?;
+    }
+    for i in 0..n {
+        let v: usize = redis::cmd("GET")
+            .arg(format!("{prefix}:{i}"))
+            .query_async(conn)
+            .await?;
+        ensure!(v == i, "key {prefix}:{i} = {v}");
+    }
+    Ok(())
+}
+
+/// The operator's controllers running in-process until [`Operator::stop`].
+pub struct Operator {
+    /// The operator's metrics.
+    pub metrics: Arc<valkey_operator::metrics::Metrics>,
+    stop_tx: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Operator {
+    /// Starts both controllers against `client`.
+    pub fn start(client: &Client) -> Self {
+        let metrics = Arc::new(valkey_operator::metrics::Metrics::new());
+        let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(valkey_operator::run_controllers(
+            client.clone(),
+            metrics.clone(),
+            async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+            },
+        ));
+        Self {
+            metrics,
+            stop_tx,
+            task,
+        }
+    }
+
+    /// Stops the controllers (waits up to 10 s).
+    pub async fn stop(self) {
+        let _ = self.stop_tx.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+    }
+}
