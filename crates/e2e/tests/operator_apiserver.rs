@@ -2,6 +2,8 @@
 //! creates every owned object with owner references, reports `Initializing` with the contract's
 //! conditions, and once settled makes no further writes (resourceVersions stay put).
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,43 +11,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use valkey_api::status::ClusterState;
 use valkey_api::{ValkeyCluster, ValkeyNode};
 
 const NS: &str = "default";
-
-async fn install_crds(client: &Client) -> anyhow::Result<()> {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in valkey_api::crds() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        api.patch(
-            &name,
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&crd),
-        )
-        .await?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let established = api
-                .get(&name)
-                .await?
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
-                break;
-            }
-            ensure!(Instant::now() < deadline, "CRD {name} not established");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-    Ok(())
-}
 
 /// resourceVersion of every object the controller writes.
 async fn versions(client: &Client, name: &str) -> anyhow::Result<BTreeMap<String, String>> {
@@ -87,7 +58,7 @@ async fn operator_creates_children_and_settles_without_writes() -> anyhow::Resul
     let _ = rustls::crypto::ring::default_provider().install_default();
     let env = localkube::Env::start(localkube::Options::apiserver_only()).await?;
     let client = env.client();
-    install_crds(&client).await?;
+    support::install_crds(&client).await?;
     let metrics = Arc::new(valkey_operator::metrics::Metrics::new());
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let ctl = tokio::spawn(valkey_operator::cluster::run(
@@ -107,19 +78,22 @@ async fn operator_creates_children_and_settles_without_writes() -> anyhow::Resul
     let created = api.create(&PostParams::default(), &vc).await?;
     let uid = created.uid().context("uid")?;
 
-    // Children and status appear.
+    // Children and status appear. The first pass reports `AddingNodes` while it
+    // creates the ValkeyNodes; the settled status without pods is `Initializing`.
     let deadline = Instant::now() + Duration::from_secs(60);
     let vc = loop {
         let vc = api.get("idle").await?;
-        if vc
-            .status
-            .as_ref()
-            .is_some_and(|s| s.observed_generation.is_some())
-            && versions(&client, "idle").await.is_ok()
+        if vc.status.as_ref().is_some_and(|s| {
+            s.observed_generation.is_some() && s.reason.as_deref() == Some("Initializing")
+        }) && versions(&client, "idle").await.is_ok()
         {
             break vc;
         }
-        ensure!(Instant::now() < deadline, "no status/children after 60 s");
+        ensure!(
+            Instant::now() < deadline,
+            "no settled status/children after 60 s: {:?}",
+            vc.status
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     let status = vc.status.context("status")?;

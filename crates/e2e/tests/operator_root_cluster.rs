@@ -8,7 +8,6 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
@@ -84,15 +83,7 @@ async fn operator_root_3x1_and_1x0_ready_and_serve() -> anyhow::Result<()> {
     let client = env.client();
     install_crds(&client).await?;
 
-    let metrics = Arc::new(valkey_operator::metrics::Metrics::new());
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let operator = tokio::spawn(valkey_operator::run_controllers(
-        client.clone(),
-        metrics.clone(),
-        async move {
-            let _ = stop_rx.wait_for(|s| *s).await;
-        },
-    ));
+    let operator = Operator::start(&client);
 
     // 3 shards × 1 replica.
     let name = "demo";
@@ -222,10 +213,9 @@ async fn operator_root_3x1_and_1x0_ready_and_serve() -> anyhow::Result<()> {
     );
     check_topology(&client, "big", 10, 1, pw).await?;
 
-    let text = metrics.encode();
+    let text = operator.metrics.encode();
     ensure!(text.contains("valkey_operator_reconciles_total{controller=\"valkeycluster\"}"));
-    let _ = stop_tx.send(true);
-    let _ = tokio::time::timeout(Duration::from_secs(10), operator).await;
+    operator.stop().await;
     env.stop().await;
     Ok(())
 }
@@ -240,15 +230,7 @@ async fn operator_root_primary_kill_fails_over_and_keeps_data() -> anyhow::Resul
     let env = localkube::Env::start(localkube::Options::default()).await?;
     let client = env.client();
     install_crds(&client).await?;
-    let metrics = Arc::new(valkey_operator::metrics::Metrics::new());
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let operator = tokio::spawn(valkey_operator::run_controllers(
-        client.clone(),
-        metrics,
-        async move {
-            let _ = stop_rx.wait_for(|s| *s).await;
-        },
-    ));
+    let operator = Operator::start(&client);
     let name = "fo";
     let pw = "app-password-1";
     create_user_secret(&client, &format!("{name}-app"), pw).await?;
@@ -330,8 +312,7 @@ async fn operator_root_primary_kill_fails_over_and_keeps_data() -> anyhow::Resul
         );
     }
 
-    let _ = stop_tx.send(true);
-    let _ = tokio::time::timeout(Duration::from_secs(10), operator).await;
+    operator.stop().await;
     env.stop().await;
     Ok(())
 }
