@@ -5,13 +5,16 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 use valkey_ops::client::NodePool;
-use valkey_ops::commands::{self, CommandError};
+use valkey_ops::commands::{self, CommandError, FailoverMode};
 
 use super::topology::Step;
 use crate::status::{EventSpec, reason};
 
 /// Longest wait for one slot-migration batch.
 const MIGRATION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Longest wait for a replica to report itself primary after `CLUSTER FAILOVER TAKEOVER`.
+const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Outcome of a step.
 #[derive(Debug, Default)]
@@ -203,6 +206,46 @@ pub async fn execute(pool: &NodePool, step: &Step) -> Outcome {
             out.progress = Some((
                 reason::REBALANCING_SLOTS,
                 format!("moving slots to shard(s) {}", shards.join(", ")),
+            ));
+        }
+        Step::Failover {
+            replica,
+            shard,
+            failed,
+        } => {
+            out.events.push(EventSpec::normal(
+                "FailoverInitiated",
+                "Failover",
+                format!(
+                    "shard {shard}: primary {failed} is down and no majority of primaries can elect a replica; taking over with {replica}"
+                ),
+            ));
+            match commands::failover(pool, replica, FailoverMode::Takeover, TAKEOVER_TIMEOUT).await
+            {
+                Ok(promoted) => {
+                    out.acted = promoted;
+                    info!(replica, shard, failed, "takeover done");
+                }
+                Err(e @ CommandError::Timeout { .. }) => {
+                    warn!(replica, shard, error = %e, "takeover timed out");
+                    out.events.push(EventSpec::warning(
+                        "FailoverTimeout",
+                        "Failover",
+                        format!("shard {shard}: {replica} did not become primary: {e}"),
+                    ));
+                }
+                Err(e) => {
+                    warn!(replica, shard, error = %e, "takeover failed");
+                    out.events.push(EventSpec::warning(
+                        "FailoverFailed",
+                        "Failover",
+                        format!("shard {shard}: takeover by {replica}: {e}"),
+                    ));
+                }
+            }
+            out.progress = Some((
+                reason::RECONCILING,
+                format!("shard {shard}: promoting {replica} after its primary failed"),
             ));
         }
         Step::Forget { node_id, addrs } => {

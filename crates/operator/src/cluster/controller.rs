@@ -412,6 +412,9 @@ async fn reconcile_inner(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Er
             spec.recommended_termination_grace_period_seconds()
         )
     });
+    // A shard without a writer is watched closely: its takeover (or Valkey's own election)
+    // should be acted on or observed within a second.
+    let writer_missing = topo.missing_shards > 0;
     let facts = Facts {
         desired_shards: desired_layout.shards,
         apply_error,
@@ -445,7 +448,7 @@ async fn reconcile_inner(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Er
     publish(ctx, vc, &events).await;
 
     let ready = new_status.state == valkey_api::status::ClusterState::Ready;
-    Ok(Action::requeue(if acted {
+    Ok(Action::requeue(if acted || writer_missing {
         Duration::from_secs(1)
     } else if ready {
         Duration::from_secs(30)

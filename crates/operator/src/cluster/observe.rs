@@ -68,6 +68,10 @@ pub fn node_view(o: NodeObservation) -> NodeView {
             .replication
             .as_ref()
             .is_some_and(|r| r.primary_link_status == Some(PrimaryLinkStatus::Up)),
+        repl_offset: o
+            .replication
+            .as_ref()
+            .map_or(0, |r| r.replica_repl_offset.unwrap_or(r.master_repl_offset)),
         nodes: o.nodes,
     }
 }
@@ -150,6 +154,7 @@ mod tests {
                 nodes: ClusterNodes::parse(nodes).expect("nodes"),
                 cluster_ok: true,
                 primary_link_up: true,
+                repl_offset: 0,
             }),
         }
     }

@@ -32,6 +32,8 @@ pub struct NodeView {
     pub cluster_ok: bool,
     /// For a replica: the link to its primary is up (`master_link_status:up`).
     pub primary_link_up: bool,
+    /// Replication offset it has processed (`slave_repl_offset` on a replica).
+    pub repl_offset: i64,
 }
 
 impl NodeView {
@@ -103,6 +105,17 @@ pub enum Step {
         /// (target primary node id, target shard index, slot ranges).
         moves: Vec<(String, i32, Vec<SlotRange>)>,
     },
+    /// Promote a replica of a shard whose slot-owning primary is down when Valkey's own
+    /// election cannot succeed (no majority of slot-owning primaries is alive):
+    /// `CLUSTER FAILOVER TAKEOVER` on the most caught-up replica.
+    Failover {
+        /// Address of the replica to promote.
+        replica: String,
+        /// Shard index.
+        shard: i32,
+        /// Node id of the failed primary.
+        failed: String,
+    },
     /// Forget a failed node that is no pod's identity any more.
     Forget {
         /// Node id to forget.
@@ -121,6 +134,7 @@ impl Step {
             Self::AssignSlots { .. } => "AssignSlots",
             Self::Replicate { .. } => "Replicate",
             Self::MigrateSlots { .. } => "MigrateSlots",
+            Self::Failover { .. } => "Failover",
             Self::Forget { .. } => "Forget",
         }
     }
@@ -194,6 +208,11 @@ pub fn next_step(desired: Desired, members: &[Member]) -> Option<Step> {
     let seed_m = seed(members)?;
     let seed_view = &seed_m.view.as_ref()?.nodes;
     let seed_id = seed_view.myself()?.id.clone();
+
+    // 0. A shard without a writer that Valkey cannot fail over by itself comes first.
+    if let Some(step) = takeover_step(desired, members, seed_view) {
+        return Some(step);
+    }
 
     // 1. MEET nodes the seed does not know.
     let unknown: Vec<String> = members
@@ -306,6 +325,55 @@ pub fn next_step(desired: Desired, members: &[Member]) -> Option<Step> {
     })
 }
 
+/// A takeover when a shard's slot-owning primary is down (failing in the seed's view and in
+/// its replica's, and unreachable by the operator) and the slot-owning primaries still alive
+/// are no majority, so no replica can win an election (for example one of two shards lost
+/// its primary). With a live majority Valkey promotes a replica itself and this is `None`.
+fn takeover_step(desired: Desired, members: &[Member], seed: &ClusterNodes) -> Option<Step> {
+    let live_ids: BTreeSet<&str> = members.iter().filter_map(Member::id).collect();
+    let down = |n: &ClusterNode| n.flags.failing() && !live_ids.contains(n.id.as_str());
+    let serving: Vec<&ClusterNode> = seed
+        .nodes
+        .iter()
+        .filter(|n| n.is_primary() && n.slot_count() > 0)
+        .collect();
+    let alive = serving.iter().filter(|n| !down(n)).count();
+    if alive * 2 > serving.len() {
+        return None;
+    }
+    (0..desired.shards).find_map(|shard| {
+        let in_shard = || members.iter().filter(move |m| m.shard == shard);
+        let has_writer = in_shard().any(|m| {
+            m.view
+                .as_ref()
+                .and_then(NodeView::me)
+                .is_some_and(|me| me.is_primary() && me.slot_count() > 0)
+        });
+        if has_writer {
+            return None;
+        }
+        in_shard()
+            .filter_map(|m| {
+                let v = m.view.as_ref()?;
+                let me = v.me()?;
+                let failed = me.primary_id.as_deref().filter(|_| me.is_replica())?;
+                let theirs = v.nodes.get(failed)?;
+                let seen = seed.get(failed)?;
+                let orphaned = !v.primary_link_up
+                    && theirs.flags.failing()
+                    && theirs.slot_count() > 0
+                    && down(seen);
+                orphaned.then_some((v.repl_offset, -m.index, m, failed))
+            })
+            .max_by_key(|(offset, index, _, _)| (*offset, *index))
+            .map(|(_, _, m, failed)| Step::Failover {
+                replica: m.addr.clone(),
+                shard,
+                failed: failed.to_owned(),
+            })
+    })
+}
+
 /// Slots moved per rebalance batch.
 pub const REBALANCE_BATCH_SLOTS: usize = 4096;
 
@@ -363,6 +431,17 @@ fn rebalance_step(desired: Desired, members: &[Member], seed: &ClusterNodes) -> 
     })
 }
 
+/// Slots still owned (in the seed's view) by the unreachable primary that members of `shard`
+/// replicate: the shard's slots while it waits for a failover.
+fn orphaned_slots(shard: i32, members: &[Member], seed: &ClusterNodes) -> SlotSet {
+    members
+        .iter()
+        .filter(|m| m.shard == shard)
+        .filter_map(|m| m.view.as_ref()?.me()?.primary_id.as_deref())
+        .filter_map(|p| seed.get(p))
+        .fold(SlotSet::new(), |acc, n| acc.union(&n.slot_set()))
+}
+
 /// Facts for the status and the per-shard entries, from the live views.
 pub fn analyze(desired: Desired, members: &[Member]) -> (TopologyFacts, Vec<ShardStatus>) {
     let mut facts = TopologyFacts::default();
@@ -410,6 +489,10 @@ pub fn analyze(desired: Desired, members: &[Member]) -> (TopologyFacts, Vec<Shar
             facts.missing_replicas += desired.replicas;
             shards.push(ShardStatus {
                 index: shard,
+                slots: orphaned_slots(shard, members, seed_view)
+                    .ranges()
+                    .map(|r| r.to_string())
+                    .collect(),
                 ..ShardStatus::default()
             });
             continue;
@@ -526,7 +609,10 @@ mod tests {
                     view: Some(NodeView {
                         nodes: ClusterNodes::parse(&text).unwrap(),
                         cluster_ok: true,
-                        primary_link_up: x.primary_of.is_some(),
+                        primary_link_up: x
+                            .primary_of
+                            .is_some_and(|p| nodes.iter().any(|y| y.n == p && !y.fail)),
+                        repl_offset: i64::from(x.n) * 10,
                     }),
                 }
             })
@@ -778,5 +864,55 @@ mod tests {
         let (facts, shards) = analyze(D31, &m);
         assert_eq!(facts.missing_shards, 3);
         assert_eq!(shards.len(), 3);
+    }
+
+    #[test]
+    fn two_shards_losing_a_primary_take_over_on_the_most_caught_up_replica() {
+        // 2 shards × 2 replicas; shard 0's primary (1) is down and replaced by node 7. One live
+        // slot owner out of two is no majority: no election can succeed.
+        let d = Desired {
+            shards: 2,
+            replicas: 2,
+        };
+        let mut n = vec![
+            node(1, 0, 0),
+            node(2, 0, 1),
+            node(3, 0, 2),
+            node(4, 1, 0),
+            node(5, 1, 1),
+            node(6, 1, 2),
+        ];
+        n[0].slots = "0-8191";
+        n[3].slots = "8192-16383";
+        for (r, p) in [(1, 1), (2, 1), (4, 4), (5, 4)] {
+            n[r].primary_of = Some(p);
+        }
+        n[0].fail = true;
+        n.push(node(7, 0, 0));
+        let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
+        // Node 3 has the highest replication offset in the test world.
+        assert_eq!(
+            next_step(d, &m),
+            Some(Step::Failover {
+                replica: "10.0.0.3:6379".into(),
+                shard: 0,
+                failed: id(1),
+            })
+        );
+        // Once a replica owns the slots, the shard is left to the usual steps.
+        n[2].primary_of = None;
+        n[2].slots = "0-8191";
+        n[0].slots = "";
+        let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
+        assert!(!matches!(next_step(d, &m), Some(Step::Failover { .. })));
+    }
+
+    #[test]
+    fn no_takeover_while_a_majority_of_primaries_is_alive() {
+        // 3 shards: two live primaries out of three can elect; Valkey promotes the replica.
+        let mut n = formed31();
+        n[0].fail = true;
+        let m = world(&n, &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(next_step(D31, &m), None);
     }
 }

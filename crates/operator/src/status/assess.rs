@@ -43,8 +43,6 @@ pub mod reason {
     pub const NODE_ADD_FAILED: &str = "NodeAddFailed";
     /// Degraded=True: moving slots failed.
     pub const REBALANCE_FAILED: &str = "RebalanceFailed";
-    /// Degraded=False.
-    pub const NOT_DEGRADED: &str = "NotDegraded";
     /// ClusterFormed=True.
     pub const TOPOLOGY_COMPLETE: &str = "TopologyComplete";
     /// SlotsAssigned=True.
@@ -134,14 +132,6 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
         )
     };
 
-    let degraded = if let Some(msg) = &f.unschedulable {
-        Cond::yes(condition::DEGRADED, reason::POD_UNSCHEDULABLE, msg.clone())
-    } else if let Some((r, msg)) = &f.step_failure {
-        Cond::yes(condition::DEGRADED, r, msg.clone())
-    } else {
-        Cond::no(condition::DEGRADED, reason::NOT_DEGRADED, "")
-    };
-
     let ready = if let Some((r, msg)) = &f.apply_error {
         Cond::no(condition::READY, r, msg.clone())
     } else if let Some(msg) = &f.unschedulable {
@@ -171,6 +161,21 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
                 "{} shards serving all {SLOT_COUNT} slots with the desired replicas",
                 f.desired_shards
             ),
+        )
+    };
+
+    // The contract names only Degraded=True reasons; when nothing is impaired the condition
+    // carries the Ready reason (`ClusterHealthy`, `Reconciling`, ...), so every reason a user
+    // sees is one of the contract's.
+    let degraded = if let Some(msg) = &f.unschedulable {
+        Cond::yes(condition::DEGRADED, reason::POD_UNSCHEDULABLE, msg.clone())
+    } else if let Some((r, msg)) = &f.step_failure {
+        Cond::yes(condition::DEGRADED, r, msg.clone())
+    } else {
+        Cond::no(
+            condition::DEGRADED,
+            ready.reason,
+            "no failed operation and every pod is scheduled",
         )
     };
 

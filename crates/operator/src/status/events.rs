@@ -97,17 +97,26 @@ fn failovers(old: &[ShardStatus], new: &[ShardStatus]) -> Vec<EventSpec> {
     new.iter()
         .filter_map(|n| {
             let o = old.iter().find(|o| o.index == n.index)?;
-            let (before, after) = (o.primary_pod.as_deref()?, n.primary_pod.as_deref()?);
-            (before != after).then(|| {
-                EventSpec::normal(
-                    "FailoverCompleted",
-                    "ObserveFailover",
+            let after = n.primary_pod.as_deref()?;
+            let note = match o.primary_pod.as_deref() {
+                Some(before) if before != after => {
                     format!(
                         "shard {}: primary moved from pod {before} to pod {after}",
                         n.index
-                    ),
-                )
-            })
+                    )
+                }
+                // The shard had slots but no live primary (its primary failed): a replica
+                // has taken the slots over.
+                None if !o.slots.is_empty() => {
+                    format!("shard {}: pod {after} took over as primary", n.index)
+                }
+                _ => return None,
+            };
+            Some(EventSpec::normal(
+                "FailoverCompleted",
+                "ObserveFailover",
+                note,
+            ))
         })
         .collect()
 }
@@ -163,7 +172,7 @@ mod tests {
 
     #[test]
     fn unschedulable_once_per_entry() {
-        let ok = status(&[Cond::no("Degraded", "NotDegraded", "")], &[]);
+        let ok = status(&[Cond::no("Degraded", "ClusterHealthy", "")], &[]);
         let bad = status(
             &[Cond::yes("Degraded", "PodUnschedulable", "0/3 nodes")],
             &[],
@@ -187,5 +196,20 @@ mod tests {
         assert_eq!(reasons(&e), ["FailoverCompleted"]);
         assert!(e[0].note.contains("shard 0"));
         assert!(transition_events(Some(&b), &b).is_empty());
+    }
+
+    #[test]
+    fn failover_observed_after_a_shard_was_without_primary() {
+        let mut orphaned = status(&[], &[(0, "p-0-0")]);
+        orphaned.shard_statuses[0].primary_pod = None;
+        orphaned.shard_statuses[0].slots = vec!["0-8191".into()];
+        let after = status(&[], &[(0, "p-0-1")]);
+        assert_eq!(
+            reasons(&transition_events(Some(&orphaned), &after)),
+            ["FailoverCompleted"]
+        );
+        // A new shard getting its first primary is no failover.
+        orphaned.shard_statuses[0].slots.clear();
+        assert!(transition_events(Some(&orphaned), &after).is_empty());
     }
 }
