@@ -178,6 +178,29 @@ async fn set_finalizers(
     Ok(())
 }
 
+/// Outcome of a finalizer patch. A 404 means the node is already gone (its last finalizer was
+/// removed by an earlier pass working from a stale cache): nothing is left to do. A 409 means
+/// another writer (the garbage collector adding `foregroundDeletion`, the API server setting
+/// the deletion timestamp) changed the node first: the watch event of that write brings the
+/// current version, and a short requeue covers a missed one. Neither is a failure.
+fn finalizer_patched(node: &str, res: Result<(), NodeError>) -> Result<Action, NodeError> {
+    match res {
+        Ok(()) => Ok(Action::await_change()),
+        Err(NodeError::Kube(kube::Error::Api(e))) if e.code == 404 => {
+            debug!(node, "ValkeyNode already gone");
+            Ok(Action::await_change())
+        }
+        Err(NodeError::Kube(kube::Error::Api(e))) if e.code == 409 => {
+            debug!(
+                node,
+                "ValkeyNode changed while patching finalizers; retrying"
+            );
+            Ok(Action::requeue(Duration::from_secs(1)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError> {
     let ns = node.namespace().ok_or(NodeError::NoNamespace)?;
     let name = node.name_any();
@@ -198,14 +221,16 @@ async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeE
                     Err(e) => return Err(e.into()),
                 }
             }
-            set_finalizers(&nodes, &node, false).await?;
+            return finalizer_patched(&name, set_finalizers(&nodes, &node, false).await);
         }
         return Ok(Action::await_change());
     }
     if deletes_pvc(&node) != has_finalizer {
-        set_finalizers(&nodes, &node, deletes_pvc(&node)).await?;
         // The patch triggers another reconcile with the new metadata.
-        return Ok(Action::await_change());
+        return finalizer_patched(
+            &name,
+            set_finalizers(&nodes, &node, deletes_pvc(&node)).await,
+        );
     }
 
     let apply = PatchParams::apply(NODE_FIELD_MANAGER).force();
@@ -232,7 +257,7 @@ async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeE
     }
 
     // Workload.
-    let owner = node.controller_owner_ref(&());
+    let owner = crate::render::owner_reference(&*node);
     let desired = workload(&node, owner)?;
     let desired_hash = desired.template_hash().unwrap_or_default().to_owned();
     let wl_name = names::workload_name(&name);
@@ -386,6 +411,31 @@ mod tests {
         }))
         .unwrap();
         assert!(node_ref_from_labels(&stray).is_none());
+    }
+
+    fn api_error(code: u16) -> Result<(), NodeError> {
+        Err(NodeError::Kube(kube::Error::Api(
+            kube::core::Status::failure("x", "y")
+                .with_code(code)
+                .boxed(),
+        )))
+    }
+
+    #[test]
+    fn finalizer_patch_gone_or_conflict_is_not_a_failure() {
+        assert_eq!(
+            finalizer_patched("n", Ok(())).unwrap(),
+            Action::await_change()
+        );
+        assert_eq!(
+            finalizer_patched("n", api_error(404)).unwrap(),
+            Action::await_change()
+        );
+        assert_eq!(
+            finalizer_patched("n", api_error(409)).unwrap(),
+            Action::requeue(Duration::from_secs(1))
+        );
+        assert!(finalizer_patched("n", api_error(500)).is_err());
     }
 
     #[test]
