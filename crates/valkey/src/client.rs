@@ -90,6 +90,12 @@ impl ClientError {
         }
     }
 
+    /// Whether the connection was refused: the address is up but nothing listens on the port
+    /// (the server process is not running).
+    pub fn is_connection_refused(&self) -> bool {
+        matches!(self, Self::Connection { source, .. } if source.is_connection_refusal())
+    }
+
     /// Whether the node could not be reached or the connection broke (not an error reply).
     pub fn is_unreachable(&self) -> bool {
         matches!(self, Self::Connection { .. } | Self::Timeout { .. })

@@ -13,8 +13,9 @@ use crate::status::{EventSpec, reason};
 /// Longest wait for one slot-migration batch.
 const MIGRATION_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Longest wait for a replica to report itself primary after `CLUSTER FAILOVER TAKEOVER`.
-const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for a replica to report itself primary after `CLUSTER FAILOVER FORCE` or
+/// `TAKEOVER`.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Outcome of a step.
 #[derive(Debug, Default)]
@@ -212,22 +213,26 @@ pub async fn execute(pool: &NodePool, step: &Step) -> Outcome {
             replica,
             shard,
             failed,
+            mode,
         } => {
+            let why = match mode {
+                FailoverMode::Takeover => {
+                    "no majority of primaries is alive to elect a replica; taking over"
+                }
+                _ => "its pod is gone; forcing an election",
+            };
             out.events.push(EventSpec::normal(
                 "FailoverInitiated",
                 "Failover",
-                format!(
-                    "shard {shard}: primary {failed} is down and no majority of primaries can elect a replica; taking over with {replica}"
-                ),
+                format!("shard {shard}: primary {failed} is down and {why} with {replica}"),
             ));
-            match commands::failover(pool, replica, FailoverMode::Takeover, TAKEOVER_TIMEOUT).await
-            {
+            match commands::failover(pool, replica, *mode, FAILOVER_TIMEOUT).await {
                 Ok(promoted) => {
                     out.acted = promoted;
-                    info!(replica, shard, failed, "takeover done");
+                    info!(replica, shard, failed, ?mode, "failover done");
                 }
                 Err(e @ CommandError::Timeout { .. }) => {
-                    warn!(replica, shard, error = %e, "takeover timed out");
+                    warn!(replica, shard, error = %e, "failover timed out");
                     out.events.push(EventSpec::warning(
                         "FailoverTimeout",
                         "Failover",
@@ -235,11 +240,11 @@ pub async fn execute(pool: &NodePool, step: &Step) -> Outcome {
                     ));
                 }
                 Err(e) => {
-                    warn!(replica, shard, error = %e, "takeover failed");
+                    warn!(replica, shard, error = %e, "failover failed");
                     out.events.push(EventSpec::warning(
                         "FailoverFailed",
                         "Failover",
-                        format!("shard {shard}: takeover by {replica}: {e}"),
+                        format!("shard {shard}: failover ({mode:?}) by {replica}: {e}"),
                     ));
                 }
             }

@@ -387,7 +387,8 @@ async fn reconcile_inner(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Er
         .collect();
     let mut step_failure = None;
     let mut acted = false;
-    if let Some(step) = topology::next_step(desired_layout, &in_layout) {
+    let pod_ips = observe::pod_ips(&observed_pods);
+    if let Some(step) = topology::next_step(desired_layout, &in_layout, Some(&pod_ips)) {
         debug!(cluster = %key, step = ?step, "topology step");
         let out = act::execute(&pool, &step).await;
         if out.acted {

@@ -1,6 +1,8 @@
 //! Observation: the cluster's pods mapped to their positions, and every reachable pod's live
 //! view fetched concurrently through the operator's authenticated connection pool.
 
+use std::collections::BTreeSet;
+
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -8,7 +10,7 @@ use tracing::debug;
 use valkey_api::defaults::VALKEY_PORT;
 use valkey_api::labels;
 use valkey_ops::client::NodePool;
-use valkey_ops::commands::observe_node;
+use valkey_ops::commands::{CommandError, observe_node};
 use valkey_ops::model::{ClusterState, NodeObservation, PrimaryLinkStatus};
 
 use super::topology::{Member, NodeView};
@@ -37,6 +39,20 @@ pub fn pod_addr(pod: &Pod) -> Option<String> {
     } else {
         format!("{ip}:{VALKEY_PORT}")
     })
+}
+
+/// IPs held by the cluster's pods that still exist and have not finished (terminating pods
+/// included: their server may still be handing over).
+pub fn pod_ips(pods: &[Pod]) -> BTreeSet<String> {
+    pods.iter()
+        .filter_map(|p| {
+            let status = p.status.as_ref()?;
+            if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+                return None;
+            }
+            status.pod_ip.clone().filter(|ip| !ip.is_empty())
+        })
+        .collect()
 }
 
 /// The scheduler's message for a pod it cannot place (`PodScheduled=False`, `Unschedulable`).
@@ -90,22 +106,25 @@ pub async fn members(pool: &NodePool, pods: &[Pod]) -> Vec<Member> {
                 pod: p.name_any(),
                 addr: pod_addr(p)?,
                 view: None,
+                refused: false,
             })
         })
         .collect();
     base.sort_by_key(|m| (m.shard, m.index));
     let views = join_all(base.iter().map(|m| async move {
         match observe_node(pool, &m.addr).await {
-            Ok(o) => Some(node_view(o)),
+            Ok(o) => (Some(node_view(o)), false),
             Err(e) => {
                 debug!(pod = %m.pod, addr = %m.addr, error = %e, "node not observable");
-                None
+                let refused = matches!(&e, CommandError::Client(c) if c.is_connection_refused());
+                (None, refused)
             }
         }
     }))
     .await;
-    for (m, v) in base.iter_mut().zip(views) {
-        m.view = v;
+    for (m, (view, refused)) in base.iter_mut().zip(views) {
+        m.view = view;
+        m.refused = refused;
     }
     base
 }
@@ -150,6 +169,7 @@ mod tests {
             index,
             pod: format!("p-{shard}-{index}"),
             addr: "10.0.0.1:6379".into(),
+            refused: false,
             view: Some(NodeView {
                 nodes: ClusterNodes::parse(nodes).expect("nodes"),
                 cluster_ok: true,

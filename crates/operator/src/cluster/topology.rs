@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use valkey_api::status::ShardStatus;
+use valkey_ops::commands::FailoverMode;
 use valkey_ops::model::{ClusterNode, ClusterNodes};
 use valkey_ops::plan::{initial_assignment, plan_rebalance};
 use valkey_ops::{SLOT_COUNT, SlotRange, SlotSet};
@@ -55,6 +56,8 @@ pub struct Member {
     pub addr: String,
     /// The live view, `None` when the pod could not be reached.
     pub view: Option<NodeView>,
+    /// The pod refused the connection: its server process is not running.
+    pub refused: bool,
 }
 
 impl Member {
@@ -105,9 +108,8 @@ pub enum Step {
         /// (target primary node id, target shard index, slot ranges).
         moves: Vec<(String, i32, Vec<SlotRange>)>,
     },
-    /// Promote a replica of a shard whose slot-owning primary is down when Valkey's own
-    /// election cannot succeed (no majority of slot-owning primaries is alive):
-    /// `CLUSTER FAILOVER TAKEOVER` on the most caught-up replica.
+    /// Promote the most caught-up replica of a shard whose slot-owning primary is down, when
+    /// Valkey's own election cannot succeed (`TAKEOVER`) or would only start late (`FORCE`).
     Failover {
         /// Address of the replica to promote.
         replica: String,
@@ -115,6 +117,8 @@ pub enum Step {
         shard: i32,
         /// Node id of the failed primary.
         failed: String,
+        /// `CLUSTER FAILOVER` mode.
+        mode: FailoverMode,
     },
     /// Forget a failed node that is no pod's identity any more.
     Forget {
@@ -204,13 +208,22 @@ fn owned_slots(view: &ClusterNodes) -> SlotSet {
 }
 
 /// The next step, or `None` when the topology matches the desired layout (or must wait).
-pub fn next_step(desired: Desired, members: &[Member]) -> Option<Step> {
+///
+/// `pod_ips` are the IPs of every pod of the cluster that still exists (any phase but
+/// Succeeded/Failed, terminating included), when known: a primary whose IP no pod holds any
+/// more is gone for certain, and its shard is failed over without waiting for Valkey's
+/// failure detection.
+pub fn next_step(
+    desired: Desired,
+    members: &[Member],
+    pod_ips: Option<&BTreeSet<String>>,
+) -> Option<Step> {
     let seed_m = seed(members)?;
     let seed_view = &seed_m.view.as_ref()?.nodes;
     let seed_id = seed_view.myself()?.id.clone();
 
     // 0. A shard without a writer that Valkey cannot fail over by itself comes first.
-    if let Some(step) = takeover_step(desired, members, seed_view) {
+    if let Some(step) = failover_step(desired, members, seed_view, pod_ips) {
         return Some(step);
     }
 
@@ -325,22 +338,44 @@ pub fn next_step(desired: Desired, members: &[Member]) -> Option<Step> {
     })
 }
 
-/// A takeover when a shard's slot-owning primary is down (failing in the seed's view and in
-/// its replica's, and unreachable by the operator) and the slot-owning primaries still alive
-/// are no majority, so no replica can win an election (for example one of two shards lost
-/// its primary). With a live majority Valkey promotes a replica itself and this is `None`.
-fn takeover_step(desired: Desired, members: &[Member], seed: &ClusterNodes) -> Option<Step> {
+/// A failover the operator must drive for a shard whose slot-owning primary is down and
+/// unreachable by the operator, while no replica of it has won an election yet:
+///
+/// - `TAKEOVER` when the slot-owning primaries still alive are no majority, so no replica
+///   can win an election (for example one of two shards lost its primary). "Down" is: failing
+///   in the seed's and the replica's views, or its pod is gone.
+/// - `FORCE` (an election without the primary's agreement) when a majority is alive but the
+///   primary is certainly not serving (its pod is gone, or the pod at its address refuses
+///   connections: the process died) and Valkey has not yet flagged it `fail`: Valkey would
+///   elect a replica only after its failure detection (`cluster-node-timeout` and more).
+///
+/// Otherwise (Valkey has flagged it `fail`, or it is only suspected) Valkey's own election
+/// runs and this is `None`. The promoted replica is the most caught-up one.
+fn failover_step(
+    desired: Desired,
+    members: &[Member],
+    seed: &ClusterNodes,
+    pod_ips: Option<&BTreeSet<String>>,
+) -> Option<Step> {
     let live_ids: BTreeSet<&str> = members.iter().filter_map(Member::id).collect();
-    let down = |n: &ClusterNode| n.flags.failing() && !live_ids.contains(n.id.as_str());
+    // Certainly not serving: its pod is gone, or the pod at its address refuses connections.
+    let gone = |n: &ClusterNode| {
+        !live_ids.contains(n.id.as_str())
+            && !n.addr.ip.is_empty()
+            && (pod_ips.is_some_and(|ips| !ips.contains(&n.addr.ip))
+                || members
+                    .iter()
+                    .any(|m| m.refused && m.view.is_none() && m.ip() == n.addr.ip))
+    };
+    let down =
+        |n: &ClusterNode| !live_ids.contains(n.id.as_str()) && (n.flags.failing() || gone(n));
     let serving: Vec<&ClusterNode> = seed
         .nodes
         .iter()
         .filter(|n| n.is_primary() && n.slot_count() > 0)
         .collect();
     let alive = serving.iter().filter(|n| !down(n)).count();
-    if alive * 2 > serving.len() {
-        return None;
-    }
+    let majority = alive * 2 > serving.len();
     (0..desired.shards).find_map(|shard| {
         let in_shard = || members.iter().filter(move |m| m.shard == shard);
         let has_writer = in_shard().any(|m| {
@@ -359,17 +394,24 @@ fn takeover_step(desired: Desired, members: &[Member], seed: &ClusterNodes) -> O
                 let failed = me.primary_id.as_deref().filter(|_| me.is_replica())?;
                 let theirs = v.nodes.get(failed)?;
                 let seen = seed.get(failed)?;
-                let orphaned = !v.primary_link_up
-                    && theirs.flags.failing()
-                    && theirs.slot_count() > 0
-                    && down(seen);
-                orphaned.then_some((v.repl_offset, -m.index, m, failed))
+                if v.primary_link_up || theirs.slot_count() == 0 {
+                    return None;
+                }
+                let mode = if !majority && (gone(seen) || (down(seen) && theirs.flags.failing())) {
+                    FailoverMode::Takeover
+                } else if majority && gone(seen) && !seen.flags.fail && !theirs.flags.fail {
+                    FailoverMode::Force
+                } else {
+                    return None;
+                };
+                Some((v.repl_offset, -m.index, m, failed, mode))
             })
-            .max_by_key(|(offset, index, _, _)| (*offset, *index))
-            .map(|(_, _, m, failed)| Step::Failover {
+            .max_by_key(|(offset, index, ..)| (*offset, *index))
+            .map(|(_, _, m, failed, mode)| Step::Failover {
                 replica: m.addr.clone(),
                 shard,
                 failed: failed.to_owned(),
+                mode,
             })
     })
 }
@@ -606,6 +648,7 @@ mod tests {
                     index: x.index,
                     pod: format!("pod-{}-{}", x.shard, x.index),
                     addr: format!("{}:6379", ip(x.n)),
+                    refused: false,
                     view: Some(NodeView {
                         nodes: ClusterNodes::parse(&text).unwrap(),
                         cluster_ok: true,
@@ -648,7 +691,7 @@ mod tests {
 
     #[test]
     fn fresh_nodes_are_met_in_one_batch() {
-        let step = next_step(D31, &world(&fresh31(), &[])).unwrap();
+        let step = next_step(D31, &world(&fresh31(), &[]), None).unwrap();
         let Step::Meet { seed, nodes } = step else {
             panic!("expected meet, got {step:?}")
         };
@@ -658,7 +701,7 @@ mod tests {
 
     #[test]
     fn joined_nodes_get_the_initial_slot_plan_on_index_0() {
-        let step = next_step(D31, &world(&fresh31(), &[1, 2, 3, 4, 5, 6])).unwrap();
+        let step = next_step(D31, &world(&fresh31(), &[1, 2, 3, 4, 5, 6]), None).unwrap();
         let Step::AssignSlots { assignments } = step else {
             panic!("expected slots, got {step:?}")
         };
@@ -682,7 +725,7 @@ mod tests {
         for x in &mut n {
             x.primary_of = None;
         }
-        let step = next_step(D31, &world(&n, &[1, 2, 3, 4, 5, 6])).unwrap();
+        let step = next_step(D31, &world(&n, &[1, 2, 3, 4, 5, 6]), None).unwrap();
         assert_eq!(
             step,
             Step::Replicate {
@@ -698,7 +741,7 @@ mod tests {
     #[test]
     fn formed_cluster_needs_nothing_and_is_ready() {
         let m = world(&formed31(), &[1, 2, 3, 4, 5, 6]);
-        assert_eq!(next_step(D31, &m), None);
+        assert_eq!(next_step(D31, &m, None), None);
         let (facts, shards) = analyze(D31, &m);
         assert_eq!(facts.shards_present, 3);
         assert_eq!(facts.ready_shards, 3);
@@ -718,7 +761,7 @@ mod tests {
         n[1].slots = "0-5460";
         n[1].primary_of = None;
         let m = world(&n, &[1, 2, 3, 4, 5, 6]);
-        assert_eq!(next_step(D31, &m), None);
+        assert_eq!(next_step(D31, &m, None), None);
         let (facts, shards) = analyze(D31, &m);
         assert_eq!(facts.ready_shards, 3);
         assert_eq!(shards[0].primary_pod.as_deref(), Some("pod-0-1"));
@@ -736,7 +779,7 @@ mod tests {
         n.push(node(7, 0, 0));
         let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(
-            next_step(D31, &m),
+            next_step(D31, &m, None),
             Some(Step::Replicate {
                 attachments: vec![("10.0.0.7:6379".into(), id(2), 0)]
             })
@@ -756,7 +799,7 @@ mod tests {
         n7.primary_of = Some(2);
         n.push(n7);
         let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
-        let Some(Step::Forget { node_id, addrs }) = next_step(D31, &m) else {
+        let Some(Step::Forget { node_id, addrs }) = next_step(D31, &m, None) else {
             panic!("expected forget")
         };
         assert_eq!(node_id, id(1));
@@ -771,7 +814,7 @@ mod tests {
         n[0].fail = true;
         n.push(node(7, 0, 0));
         let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
-        assert_eq!(next_step(D31, &m), None);
+        assert_eq!(next_step(D31, &m, None), None);
         let (facts, _) = analyze(D31, &m);
         assert_eq!(facts.missing_shards, 1);
     }
@@ -783,7 +826,7 @@ mod tests {
         // Pod of node 6 restarted with its identity at a new IP.
         m[5].addr = "10.0.0.66:6379".into();
         assert_eq!(
-            next_step(D31, &m),
+            next_step(D31, &m, None),
             Some(Step::ReMeet {
                 seed: "10.0.0.1:6379".into(),
                 nodes: vec!["10.0.0.66:6379".into()]
@@ -802,8 +845,8 @@ mod tests {
             replicas: 0,
         };
         let m = world(&n, &[1, 3, 5]);
-        let Some(Step::MigrateSlots { source, moves }) = next_step(d, &m) else {
-            panic!("expected migration, got {:?}", next_step(d, &m))
+        let Some(Step::MigrateSlots { source, moves }) = next_step(d, &m, None) else {
+            panic!("expected migration, got {:?}", next_step(d, &m, None))
         };
         assert!(source == "10.0.0.1:6379" || source == "10.0.0.3:6379");
         assert_eq!(moves.len(), 1);
@@ -814,13 +857,13 @@ mod tests {
         // The others know the new primary, but it does not know them yet: wait.
         let mut m = world(&n, &[1, 3, 5]);
         m[2].view = world(&n, &[]).remove(2).view;
-        assert_eq!(next_step(d, &m), None);
+        assert_eq!(next_step(d, &m, None), None);
         // Balanced: nothing to do.
         let mut n = vec![node(1, 0, 0), node(3, 1, 0), node(5, 2, 0)];
         n[0].slots = "0-5460";
         n[1].slots = "5461-10922";
         n[2].slots = "10923-16383";
-        assert_eq!(next_step(d, &world(&n, &[1, 3, 5])), None);
+        assert_eq!(next_step(d, &world(&n, &[1, 3, 5]), None), None);
     }
 
     #[test]
@@ -834,8 +877,8 @@ mod tests {
             replicas: 1,
         };
         let m = world(&n, &[1, 2, 3, 4]);
-        let Some(Step::MigrateSlots { source, moves }) = next_step(d, &m) else {
-            panic!("expected migration, got {:?}", next_step(d, &m))
+        let Some(Step::MigrateSlots { source, moves }) = next_step(d, &m, None) else {
+            panic!("expected migration, got {:?}", next_step(d, &m, None))
         };
         assert_eq!(source, "10.0.0.1:6379");
         assert_eq!(moves[0].0, id(3));
@@ -848,7 +891,7 @@ mod tests {
             replicas: 0,
         };
         let m = world(&[node(1, 0, 0)], &[]);
-        let Some(Step::AssignSlots { assignments }) = next_step(d, &m) else {
+        let Some(Step::AssignSlots { assignments }) = next_step(d, &m, None) else {
             panic!("expected slots")
         };
         assert_eq!(assignments[0].2[0].to_string(), "0-16383");
@@ -860,7 +903,7 @@ mod tests {
         for x in &mut m {
             x.view = None;
         }
-        assert_eq!(next_step(D31, &m), None);
+        assert_eq!(next_step(D31, &m, None), None);
         let (facts, shards) = analyze(D31, &m);
         assert_eq!(facts.missing_shards, 3);
         assert_eq!(shards.len(), 3);
@@ -892,11 +935,12 @@ mod tests {
         let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
         // Node 3 has the highest replication offset in the test world.
         assert_eq!(
-            next_step(d, &m),
+            next_step(d, &m, None),
             Some(Step::Failover {
                 replica: "10.0.0.3:6379".into(),
                 shard: 0,
                 failed: id(1),
+                mode: FailoverMode::Takeover,
             })
         );
         // Once a replica owns the slots, the shard is left to the usual steps.
@@ -904,7 +948,10 @@ mod tests {
         n[2].slots = "0-8191";
         n[0].slots = "";
         let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
-        assert!(!matches!(next_step(d, &m), Some(Step::Failover { .. })));
+        assert!(!matches!(
+            next_step(d, &m, None),
+            Some(Step::Failover { .. })
+        ));
     }
 
     #[test]
@@ -913,6 +960,97 @@ mod tests {
         let mut n = formed31();
         n[0].fail = true;
         let m = world(&n, &[1, 2, 3, 4, 5, 6]);
-        assert_eq!(next_step(D31, &m), None);
+        assert_eq!(next_step(D31, &m, None), None);
+    }
+
+    /// Shard 0's primary (node 1) is unreachable, not yet flagged by Valkey, and its replica's
+    /// link is down.
+    fn primary_unreachable(n: &[N]) -> Vec<Member> {
+        let mut m = world(n, &[1, 2, 3, 4, 5, 6, 7]);
+        m.retain(|x| x.addr != "10.0.0.1:6379");
+        for x in m.iter_mut().filter(|x| x.shard == 0) {
+            if let Some(v) = x.view.as_mut() {
+                v.primary_link_up = false;
+            }
+        }
+        m
+    }
+
+    fn ips(except: u32, upto: u32) -> BTreeSet<String> {
+        (1..=upto).filter(|n| *n != except).map(ip).collect()
+    }
+
+    #[test]
+    fn gone_primary_pod_is_failed_over_at_once_with_force() {
+        let m = primary_unreachable(&formed31());
+        assert_eq!(
+            next_step(D31, &m, Some(&ips(1, 6))),
+            Some(Step::Failover {
+                replica: "10.0.0.2:6379".into(),
+                shard: 0,
+                failed: id(1),
+                mode: FailoverMode::Force,
+            })
+        );
+        // Its pod still exists (a restart, a terminating pod handing over): wait.
+        assert_eq!(next_step(D31, &m, Some(&ips(0, 6))), None);
+        // Pods unknown: wait for Valkey.
+        assert_eq!(next_step(D31, &m, None), None);
+        // Valkey already flagged it failed: its own election runs.
+        let mut n = formed31();
+        n[0].fail = true;
+        let m = world(&n, &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(next_step(D31, &m, Some(&ips(1, 6))), None);
+    }
+
+    #[test]
+    fn gone_primary_pod_of_two_shards_is_taken_over_at_once() {
+        let d = Desired {
+            shards: 2,
+            replicas: 1,
+        };
+        let mut n = vec![node(1, 0, 0), node(2, 0, 1), node(3, 1, 0), node(4, 1, 1)];
+        n[0].slots = "0-8191";
+        n[2].slots = "8192-16383";
+        n[1].primary_of = Some(1);
+        n[3].primary_of = Some(3);
+        let m = primary_unreachable(&n);
+        assert_eq!(
+            next_step(d, &m, Some(&ips(1, 4))),
+            Some(Step::Failover {
+                replica: "10.0.0.2:6379".into(),
+                shard: 0,
+                failed: id(1),
+                mode: FailoverMode::Takeover,
+            })
+        );
+        assert_eq!(next_step(d, &m, Some(&ips(0, 4))), None);
+    }
+
+    #[test]
+    fn primary_whose_pod_refuses_connections_is_failed_over_at_once() {
+        // The server process of node 1 died; its pod (same IP) refuses connections.
+        let mut m = primary_unreachable(&formed31());
+        m.push(Member {
+            shard: 0,
+            index: 0,
+            pod: "pod-0-0".into(),
+            addr: "10.0.0.1:6379".into(),
+            view: None,
+            refused: true,
+        });
+        let all = ips(0, 6);
+        assert!(matches!(
+            next_step(D31, &m, Some(&all)),
+            Some(Step::Failover {
+                mode: FailoverMode::Force,
+                ..
+            })
+        ));
+        // Unreachable but not refusing (a timeout, a partition): wait for Valkey.
+        if let Some(x) = m.last_mut() {
+            x.refused = false;
+        }
+        assert_eq!(next_step(D31, &m, Some(&all)), None);
     }
 }
