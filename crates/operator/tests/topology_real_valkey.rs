@@ -96,6 +96,7 @@ async fn members(pool: &NodePool, servers: &[Server]) -> Vec<Member> {
             pod: format!("pod-{}-{}", s.shard, s.index),
             addr,
             view,
+            refused: false,
         });
     }
     out
@@ -107,7 +108,7 @@ async fn converge(pool: &NodePool, servers: &[Server], d: Desired, timeout: Dura
     let mut steps = 0;
     loop {
         let m = members(pool, servers).await;
-        if let Some(step) = topology::next_step(d, &m) {
+        if let Some(step) = topology::next_step(d, &m, None) {
             let out = act::execute(pool, &step).await;
             assert!(out.failure.is_none(), "{step:?} failed: {:?}", out.failure);
             if out.acted {
@@ -187,7 +188,7 @@ async fn forms_3x1_and_replaces_a_dead_primary() {
     let t = Instant::now();
     loop {
         let m = members(&pool, &servers).await;
-        if let Some(step) = topology::next_step(d, &m) {
+        if let Some(step) = topology::next_step(d, &m, None) {
             act::execute(&pool, &step).await;
         }
         let known = m
