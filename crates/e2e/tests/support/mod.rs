@@ -296,3 +296,220 @@ impl Operator {
         let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
     }
 }
+
+// --- persistence helpers ---
+
+/// Label selector of every object of cluster `name` carrying `valkey.io/cluster`.
+pub fn cluster_lp(name: &str) -> ListParams {
+    ListParams::default().labels(&format!("valkey.io/cluster={name}"))
+}
+
+/// The `_operator` password from the cluster's system Secret.
+pub async fn system_operator_password(client: &Client, name: &str) -> anyhow::Result<String> {
+    let system = Api::<Secret>::namespaced(client.clone(), NS)
+        .get(&format!("valkey-{name}-system"))
+        .await?;
+    secret_value(&system, "operator-password")
+}
+
+/// Writes `n` keys `<prefix>:<i>` = `i`; every batch of 100 (and the last one) is acknowledged
+/// by at least one replica of every primary (`WAIT 1 2000`).
+pub async fn acked_writes(
+    conn: &mut redis::cluster_async::ClusterConnection,
+    n: usize,
+    prefix: &str,
+) -> anyhow::Result<()> {
+    for i in 0..n {
+        let _: () = redis::cmd("SET")
+            .arg(format!("{prefix}:{i}"))
+            .arg(i)
+            .query_async(conn)
+            .await?;
+        if i % 100 == 99 || i + 1 == n {
+            let acked: i64 = redis::cmd("WAIT")
+                .arg(1)
+                .arg(2000)
+                .query_async(conn)
+                .await?;
+            ensure!(acked >= 1, "WAIT 1 not acknowledged after {prefix}:{i}");
+        }
+    }
+    Ok(())
+}
+
+/// Checks that every key written by [`acked_writes`] reads back; `after` names the event for
+/// the error message.
+pub async fn check_acked(
+    conn: &mut redis::cluster_async::ClusterConnection,
+    n: usize,
+    prefix: &str,
+    after: &str,
+) -> anyhow::Result<()> {
+    let mut lost = Vec::new();
+    for i in 0..n {
+        let v: Option<usize> = redis::cmd("GET")
+            .arg(format!("{prefix}:{i}"))
+            .query_async(conn)
+            .await?;
+        if v != Some(i) {
+            lost.push(format!("{prefix}:{i}={v:?}"));
+        }
+    }
+    ensure!(
+        lost.is_empty(),
+        "{} of {n} acknowledged keys lost after {after}, first: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(10)]
+    );
+    Ok(())
+}
+
+/// The PersistentVolumeClaims labelled with cluster `name`.
+pub async fn pvcs_of(
+    client: &Client,
+    name: &str,
+) -> anyhow::Result<Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>> {
+    Ok(
+        Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(client.clone(), NS)
+            .list(&cluster_lp(name))
+            .await?
+            .items,
+    )
+}
+
+/// The ValkeyNodes of cluster `name`.
+pub async fn valkey_nodes_of(
+    client: &Client,
+    name: &str,
+) -> anyhow::Result<Vec<valkey_api::ValkeyNode>> {
+    Ok(
+        Api::<valkey_api::ValkeyNode>::namespaced(client.clone(), NS)
+            .list(&cluster_lp(name))
+            .await?
+            .items,
+    )
+}
+
+/// The Valkey role (`master` / `slave`) a server reports in `INFO replication`.
+pub async fn live_role(ip: &str, user: &str, pw: &str) -> anyhow::Result<String> {
+    let mut c = node_conn(ip, user, pw).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut c)
+        .await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("role:"))
+        .map(|r| r.trim().to_owned())
+        .with_context(|| format!("{ip}: no role in INFO replication"))
+}
+
+/// Kinds and names of the objects of cluster `name` that still exist: its ValkeyNodes,
+/// StatefulSets, Deployments and pods (by label), Service, ConfigMap, Secrets and
+/// PodDisruptionBudget (by name). Empty once all are gone. PersistentVolumeClaims are not
+/// included (their fate depends on the reclaim policy).
+pub async fn objects_left(client: &Client, name: &str) -> anyhow::Result<Vec<String>> {
+    use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+    use k8s_openapi::api::core::v1::{ConfigMap, Service};
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let lp = cluster_lp(name);
+    let n = |kind: &str, m: &kube::api::ObjectMeta| {
+        format!("{kind}/{}", m.name.clone().unwrap_or_default())
+    };
+    let mut left = Vec::new();
+    for o in valkey_nodes_of(client, name).await? {
+        left.push(n("ValkeyNode", &o.metadata));
+    }
+    for o in Api::<StatefulSet>::namespaced(client.clone(), NS)
+        .list(&lp)
+        .await?
+    {
+        left.push(n("StatefulSet", &o.metadata));
+    }
+    for o in Api::<Deployment>::namespaced(client.clone(), NS)
+        .list(&lp)
+        .await?
+    {
+        left.push(n("Deployment", &o.metadata));
+    }
+    for o in pods_of(client, name).await? {
+        left.push(n("Pod", &o.metadata));
+    }
+    let svc = format!("valkey-{name}");
+    if let Some(o) = Api::<Service>::namespaced(client.clone(), NS)
+        .get_opt(&svc)
+        .await?
+    {
+        left.push(n("Service", &o.metadata));
+    }
+    if let Some(o) = Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .get_opt(&format!("valkey-{name}-config"))
+        .await?
+    {
+        left.push(n("ConfigMap", &o.metadata));
+    }
+    for s in ["system", "acl"] {
+        if let Some(o) = Api::<Secret>::namespaced(client.clone(), NS)
+            .get_opt(&format!("valkey-{name}-{s}"))
+            .await?
+        {
+            left.push(n("Secret", &o.metadata));
+        }
+    }
+    if let Some(o) = Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+        .get_opt(&svc)
+        .await?
+    {
+        left.push(n("PodDisruptionBudget", &o.metadata));
+    }
+    Ok(left)
+}
+
+/// Waits until cluster `name` has recovered from a disruption that began at `since`: none of
+/// the pods in `old_pod_uids` remains, the status is Ready with `shards` ready shards, and the
+/// live topology seen by `_operator` from every pod has `shards` primaries with `replicas`
+/// replicas each. Returns the time since `since`.
+pub async fn wait_recovered(
+    client: &Client,
+    name: &str,
+    shards: usize,
+    replicas: usize,
+    old_pod_uids: &[String],
+    since: Instant,
+    timeout: Duration,
+) -> anyhow::Result<Duration> {
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    let op_pw = system_operator_password(client, name).await?;
+    let mut last = String::new();
+    loop {
+        let pods = pods_of(client, name).await?;
+        let old_left = pods
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .uid
+                    .as_ref()
+                    .is_some_and(|u| old_pod_uids.contains(u))
+            })
+            .count();
+        let s = api.get(name).await?.status.unwrap_or_default();
+        let now = if old_left > 0 {
+            format!("{old_left} old pods left; {:?} {:?}", s.state, s.message)
+        } else if s.state != ClusterState::Ready || s.ready_shards != shards as i32 {
+            format!("{:?} {:?} {:?}", s.state, s.reason, s.message)
+        } else {
+            match check_topology_as(client, name, shards, replicas, "_operator", &op_pw).await {
+                Ok(()) => return Ok(since.elapsed()),
+                Err(e) => format!("Ready, live topology not yet: {e:#}"),
+            }
+        };
+        if now != last {
+            eprintln!("[{name} +{:.1}s] {now}", since.elapsed().as_secs_f64());
+            last = now;
+        }
+        ensure!(
+            since.elapsed() < timeout,
+            "{name} not recovered after {timeout:?}: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
