@@ -383,6 +383,17 @@ async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
         .get(&format!("{name}-app"))
         .await?;
 
+    // Both controllers report their passes in the operator's metrics.
+    let text = operator.metrics.encode();
+    for c in ["valkeycluster", "valkeynode"] {
+        ensure!(
+            text.contains(&format!(
+                "valkey_operator_reconciles_total{{controller=\"{c}\"}}"
+            )),
+            "no reconcile count for {c}: {text}"
+        );
+    }
+
     operator.stop().await;
     env.stop().await;
     Ok(())

@@ -16,9 +16,9 @@ pub async fn run_controllers(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let shutdown = shutdown.boxed().shared();
-    let cluster = crate::cluster::run(client.clone(), metrics, shutdown.clone());
+    let cluster = crate::cluster::run(client.clone(), metrics.clone(), shutdown.clone());
     let node = async {
-        if let Err(e) = crate::node::run(client, shutdown).await {
+        if let Err(e) = crate::node::run(client, metrics, shutdown).await {
             error!("ValkeyNode controller stopped: {e:#}");
         }
     };

@@ -151,9 +151,13 @@ async fn node_controller_on_localkube() -> anyhow::Result<()> {
 async fn scenario(client: &Client) -> anyhow::Result<()> {
     install_crds(client).await?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let controller = tokio::spawn(valkey_operator::node::run(client.clone(), async move {
-        let _ = stop_rx.await;
-    }));
+    let controller = tokio::spawn(valkey_operator::node::run(
+        client.clone(),
+        std::sync::Arc::new(valkey_operator::metrics::Metrics::new()),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
     let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), NS);
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
 

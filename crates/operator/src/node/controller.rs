@@ -28,6 +28,7 @@ use valkey_api::{ValkeyNode, ValkeyNodeStatus};
 
 use super::plan::{ObservedWorkload, WorkloadAction, pvc_request, workload_action};
 use super::status::{Observed, compute_status};
+use crate::metrics::Metrics;
 use crate::render::containers::MergeError;
 use crate::render::names;
 use crate::render::workload::{Workload, pvc, workload};
@@ -55,7 +56,11 @@ pub enum NodeError {
 struct Ctx {
     client: Client,
     recorder: Recorder,
+    metrics: Arc<Metrics>,
 }
+
+/// Name of this controller in metrics.
+pub const CONTROLLER: &str = "valkeynode";
 
 /// Event reasons on the ValkeyNode (see the status contract).
 pub mod event {
@@ -103,6 +108,7 @@ fn node_ref_from_labels<K: Resource>(obj: &K) -> Option<ObjectRef<ValkeyNode>> {
 /// pods and claims by their position labels.
 pub async fn run(
     client: Client,
+    metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     let nodes: Api<ValkeyNode> = Api::all(client.clone());
@@ -131,6 +137,7 @@ pub async fn run(
                     },
                 ),
                 client,
+                metrics,
             }),
         )
         .for_each(|res| async move {
@@ -202,6 +209,14 @@ fn finalizer_patched(node: &str, res: Result<(), NodeError>) -> Result<Action, N
 }
 
 async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError> {
+    let started = std::time::Instant::now();
+    let r = reconcile_inner(node, ctx.clone()).await;
+    ctx.metrics
+        .reconciled(CONTROLLER, started.elapsed(), r.is_err());
+    r
+}
+
+async fn reconcile_inner(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError> {
     let ns = node.namespace().ok_or(NodeError::NoNamespace)?;
     let name = node.name_any();
     let client = &ctx.client;
