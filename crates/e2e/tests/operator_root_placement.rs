@@ -1,0 +1,796 @@
+//! End-to-end placement, sidecar and idleness scenarios of the operator on localkube (6 nodes
+//! over 3 zones, real kube-scheduler, real Valkey pods). Needs root. One environment; the four
+//! clusters are created at once and each is checked as soon as it settles:
+//!
+//! 1. `scheduling.node.spread.shard: Required` (3 shards × 1 replica): each shard's two pods run
+//!    on different nodes, and the pods carry the required hostname anti-affinity term.
+//! 2. An unsatisfiable node spread (1 shard × 6 replicas = 7 pods, shard spread Required, 6
+//!    nodes): the six placed pods are on six distinct nodes, the seventh stays Pending and the
+//!    cluster is `Degraded` with reason `PodUnschedulable`; `status.message` carries the
+//!    scheduler's message for that pod.
+//! 3. `scheduling.zone.spread.shard: Required` (1 shard × 2 replicas): the shard's three pods
+//!    are in the three zones (`topology.kubernetes.io/zone` of their nodes).
+//! 4. The `metrics-exporter` sidecar of every pod of cluster 1 answers
+//!    `http://<podIP>:9121/metrics` with `redis_up 1` and INFO-derived metrics (connected
+//!    clients, keyspace) — Valkey's `default` user is off, so it authenticated (as `_exporter`,
+//!    its only credentials). A cluster with `exporter.enabled: false` and a busybox sidecar in
+//!    `spec.containers` has exactly `server` + the sidecar, nothing listening on 9121, and the
+//!    sidecar running, ready and writing its output.
+//! 5. Once the Ready clusters have settled (and the unsatisfiable one is deleted), watches on
+//!    every kind the operator writes in the namespace see no ADDED/MODIFIED/DELETED for 60 s
+//!    (Pods excluded: the kubelet writes their status). Positive control: a ConfigMap and an
+//!    Event the test writes 5 s before the end of the window are both seen.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Event, Node, PersistentVolumeClaim, Pod, Secret, Service,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::Client;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams,
+};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use valkey_api::status::ClusterState;
+use valkey_api::{ValkeyCluster, ValkeyNode};
+
+const PW: &str = "app-password-1";
+const SHARD_LABEL: &str = "valkey.io/shard-index";
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
+
+/// Cluster of scenarios 1 and 4: 3 × 1 with node shard spread Required, exporter on.
+const NODE_SPREAD: &str = "nspread";
+/// Cluster of scenario 2: 1 × 6 with node shard spread Required (7 pods, 6 nodes).
+const UNSATISFIABLE: &str = "unsat";
+/// Cluster of scenario 3: 1 × 2 with zone shard spread Required.
+const ZONE_SPREAD: &str = "zspread";
+/// Cluster of scenario 4: 1 × 0, exporter disabled, a busybox sidecar.
+const SIDECAR: &str = "sidecar";
+const SIDECAR_CONTAINER: &str = "ticker";
+
+fn node_shard_required() -> serde_json::Value {
+    serde_json::json!({"scheduling": {"node": {"spread": {"shard": {"mode": "Required"}}}}})
+}
+
+fn name_of(p: &Pod) -> String {
+    p.metadata.name.clone().unwrap_or_default()
+}
+
+fn shard_of(p: &Pod) -> anyhow::Result<String> {
+    p.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(SHARD_LABEL))
+        .cloned()
+        .with_context(|| format!("pod {} has no {SHARD_LABEL} label", name_of(p)))
+}
+
+fn node_of(p: &Pod) -> Option<String> {
+    p.spec.as_ref()?.node_name.clone()
+}
+
+/// Pods of a cluster grouped by shard index.
+fn by_shard(pods: &[Pod]) -> anyhow::Result<BTreeMap<String, Vec<&Pod>>> {
+    let mut out: BTreeMap<String, Vec<&Pod>> = BTreeMap::new();
+    for p in pods {
+        out.entry(shard_of(p)?).or_default().push(p);
+    }
+    Ok(out)
+}
+
+/// `node name → zone` of every node.
+async fn node_zones(client: &Client) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for n in Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+    {
+        let zone = n
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(ZONE_LABEL))
+            .cloned()
+            .with_context(|| format!("node {:?} has no zone label", n.metadata.name))?;
+        out.insert(n.metadata.name.unwrap_or_default(), zone);
+    }
+    Ok(out)
+}
+
+/// `GET http://{ip}:{port}{path}` over a plain TCP stream (HTTP/1.0: the server closes).
+/// Returns the status code and the body.
+async fn http_get(ip: &str, port: u16, path: &str) -> anyhow::Result<(u16, String)> {
+    let io = async {
+        let mut s = tokio::net::TcpStream::connect((ip, port)).await?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {ip}:{port}\r\n\r\n").as_bytes())
+            .await?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await?;
+        anyhow::Ok(buf)
+    };
+    let buf = tokio::time::timeout(Duration::from_secs(10), io)
+        .await
+        .with_context(|| format!("GET {ip}:{port}{path} timed out"))??;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("no HTTP header in {text:?}"))?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("bad status line {head:?}"))?;
+    Ok((code, body.to_owned()))
+}
+
+/// Value of the un-labelled or exactly-labelled sample `series` (e.g. `redis_up` or
+/// `redis_db_keys{db="db0"}`) in a Prometheus text exposition.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| {
+        let rest = l.strip_prefix(series)?;
+        rest.strip_prefix(' ')?.trim().parse().ok()
+    })
+}
+
+/// Waits until the cluster is Degraded with reason PodUnschedulable; returns its status.
+async fn wait_unschedulable(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<valkey_api::ValkeyClusterStatus> {
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    loop {
+        let s = api.get(name).await?.status.unwrap_or_default();
+        let now = format!("{:?} {:?} {:?}", s.state, s.reason, s.message);
+        if now != last {
+            eprintln!("[{name}] {now}");
+            last = now;
+        }
+        if s.state == ClusterState::Degraded && s.reason.as_deref() == Some("PodUnschedulable") {
+            return Ok(s);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{name} not Degraded/PodUnschedulable after {timeout:?}: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Scenario 1 (and the exporter half of 4): node shard spread Required on a 3 × 1 cluster.
+async fn node_spread_and_exporter(client: &Client, t0: Instant) -> anyhow::Result<()> {
+    let name = NODE_SPREAD;
+    wait_ready(client, name, 3, Duration::from_secs(300)).await?;
+    eprintln!(
+        "MEASURE {name} (3x1, node.spread.shard Required) apply→Ready: {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+    check_topology(client, name, 3, 1, PW).await?;
+    let pods = pods_of(client, name).await?;
+    ensure!(pods.len() == 6, "{name}: {} pods", pods.len());
+    for (shard, members) in by_shard(&pods)? {
+        let nodes: Vec<Option<String>> = members.iter().map(|p| node_of(p)).collect();
+        eprintln!("{name} shard {shard}: nodes {nodes:?}");
+        ensure!(members.len() == 2, "{name} shard {shard}: {nodes:?}");
+        let distinct: BTreeSet<&Option<String>> = nodes.iter().collect();
+        ensure!(
+            nodes.iter().all(Option::is_some) && distinct.len() == nodes.len(),
+            "{name} shard {shard}: pods share a node despite node.spread.shard Required: {nodes:?}"
+        );
+        // The rule that put them there: a required hostname anti-affinity over the shard.
+        for p in &members {
+            let terms = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.affinity.as_ref())
+                .and_then(|a| a.pod_anti_affinity.as_ref())
+                .and_then(|a| {
+                    a.required_during_scheduling_ignored_during_execution
+                        .clone()
+                })
+                .unwrap_or_default();
+            ensure!(
+                terms.iter().any(|t| t.topology_key == HOSTNAME_KEY
+                    && t.label_selector
+                        .as_ref()
+                        .and_then(|s| s.match_labels.as_ref())
+                        .and_then(|l| l.get(SHARD_LABEL))
+                        == Some(&shard)),
+                "{}: no required hostname anti-affinity on shard {shard}: {terms:?}",
+                name_of(p)
+            );
+        }
+    }
+
+    // Scenario 4: the exporter of every pod, after keys were written to every primary.
+    let mut conn = cluster_client(client, name, PW).await?;
+    write_read(&mut conn, 300, "exp").await?;
+    drop(conn);
+    for p in &pods {
+        let pod = name_of(p);
+        let ip = pod_ip(p).context("pod ip")?;
+        let exporter = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.iter().find(|c| c.name == "metrics-exporter"))
+            .with_context(|| format!("{pod}: no metrics-exporter container"))?;
+        let user = exporter
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "REDIS_USER")
+            .and_then(|e| e.value.clone());
+        ensure!(
+            user.as_deref() == Some("_exporter"),
+            "{pod}: exporter REDIS_USER {user:?}"
+        );
+        // Replicas receive the keys asynchronously: retry briefly.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let scraped = Instant::now();
+        loop {
+            let (code, body) = http_get(&ip, 9121, "/metrics").await?;
+            let up = sample(&body, "redis_up");
+            let clients = sample(&body, "redis_connected_clients");
+            let keys = sample(&body, "redis_db_keys{db=\"db0\"}");
+            if code == 200 && up == Some(1.0) && clients.is_some() && keys.is_some_and(|k| k > 0.0)
+            {
+                eprintln!(
+                    "{pod} {ip}:9121/metrics: redis_up 1, redis_connected_clients {}, \
+                     redis_db_keys{{db=\"db0\"}} {} ({} bytes, {:.0} ms)",
+                    clients.unwrap_or_default(),
+                    keys.unwrap_or_default(),
+                    body.len(),
+                    scraped.elapsed().as_secs_f64() * 1000.0
+                );
+                break;
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "{pod} {ip}:9121/metrics: HTTP {code}, redis_up {up:?}, \
+                 redis_connected_clients {clients:?}, redis_db_keys db0 {keys:?}\n{}",
+                body.lines()
+                    .filter(|l| l.starts_with("redis_up")
+                        || l.starts_with("redis_exporter_last_scrape_error"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Scenario 2: 7 pods with node shard spread Required on 6 nodes.
+async fn unsatisfiable_spread(client: &Client, t0: Instant) -> anyhow::Result<()> {
+    let name = UNSATISFIABLE;
+    let status = wait_unschedulable(client, name, Duration::from_secs(300)).await?;
+    eprintln!(
+        "MEASURE {name} (1x6, node.spread.shard Required) apply→Degraded/PodUnschedulable: {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+    let message = status.message.clone().unwrap_or_default();
+    eprintln!("{name} status.message: {message}");
+    let pods = pods_of(client, name).await?;
+    ensure!(pods.len() == 7, "{name}: {} pods", pods.len());
+    let (placed, pending): (Vec<&Pod>, Vec<&Pod>) = pods.iter().partition(|p| node_of(p).is_some());
+    let nodes: BTreeSet<String> = placed.iter().filter_map(|p| node_of(p)).collect();
+    ensure!(
+        placed.len() == 6 && nodes.len() == 6,
+        "{name}: the placed pods are not on 6 distinct nodes: {:?}",
+        placed
+            .iter()
+            .map(|p| (name_of(p), node_of(p)))
+            .collect::<Vec<_>>()
+    );
+    ensure!(pending.len() == 1, "{name}: {} pending pods", pending.len());
+    let stuck = pending[0];
+    let cond = stuck
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+        .with_context(|| format!("{}: no PodScheduled condition", name_of(stuck)))?;
+    ensure!(
+        cond.status == "False" && cond.reason.as_deref() == Some("Unschedulable"),
+        "{}: {cond:?}",
+        name_of(stuck)
+    );
+    let scheduler_msg = cond.message.clone().unwrap_or_default();
+    eprintln!("{} PodScheduled: {scheduler_msg}", name_of(stuck));
+    ensure!(
+        scheduler_msg.contains("anti-affinity"),
+        "scheduler message: {scheduler_msg}"
+    );
+    // The status carries the pod name and the scheduler's own words.
+    ensure!(
+        message.contains(&name_of(stuck)) && message.contains(&scheduler_msg),
+        "status.message lacks the pod name {} or the scheduler's message {scheduler_msg:?}: \
+         {message}",
+        name_of(stuck)
+    );
+    ensure!(
+        message.contains("0/6 nodes are available"),
+        "status.message: {message}"
+    );
+    let degraded = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .context("no Degraded condition")?;
+    ensure!(
+        degraded.status == "True" && degraded.reason == "PodUnschedulable",
+        "{degraded:?}"
+    );
+    // Delete it now, while the other clusters are checked: its Pending pod keeps the scheduler
+    // writing FailedScheduling events, which would be counted in the idle minute.
+    let deleted = Instant::now();
+    Api::<ValkeyCluster>::namespaced(client.clone(), NS)
+        .delete(name, &DeleteParams::default())
+        .await?;
+    wait_cluster_gone(client, name, Duration::from_secs(120)).await?;
+    eprintln!(
+        "MEASURE {name} delete → ValkeyNodes, StatefulSets and pods gone: {:.1}s",
+        deleted.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Scenario 3: zone shard spread Required on a shard of three pods.
+async fn zone_spread(client: &Client, t0: Instant) -> anyhow::Result<()> {
+    let name = ZONE_SPREAD;
+    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
+    eprintln!(
+        "MEASURE {name} (1x2, zone.spread.shard Required) apply→Ready: {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+    check_topology(client, name, 1, 2, PW).await?;
+    let zones = node_zones(client).await?;
+    let pods = pods_of(client, name).await?;
+    ensure!(pods.len() == 3, "{name}: {} pods", pods.len());
+    let placement: Vec<(String, String, String)> = pods
+        .iter()
+        .map(|p| {
+            let node = node_of(p).unwrap_or_default();
+            let zone = zones.get(&node).cloned().unwrap_or_default();
+            (name_of(p), node, zone)
+        })
+        .collect();
+    eprintln!("{name} placement: {placement:?}");
+    let distinct: BTreeSet<&String> = placement.iter().map(|(_, _, z)| z).collect();
+    ensure!(
+        distinct.len() == 3 && !distinct.contains(&String::new()),
+        "{name}: the shard's 3 pods are not in 3 zones: {placement:?}"
+    );
+    for p in &pods {
+        let tscs = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.topology_spread_constraints.clone())
+            .unwrap_or_default();
+        ensure!(
+            tscs.iter().any(|c| c.topology_key == ZONE_LABEL
+                && c.when_unsatisfiable == "DoNotSchedule"
+                && c.max_skew == 1),
+            "{}: no zone DoNotSchedule constraint: {tscs:?}",
+            name_of(p)
+        );
+    }
+    Ok(())
+}
+
+/// Scenario 4 (second half): exporter disabled, a busybox sidecar from `spec.containers`.
+async fn sidecar_without_exporter(
+    client: &Client,
+    env_dir: &std::path::Path,
+    t0: Instant,
+) -> anyhow::Result<()> {
+    let name = SIDECAR;
+    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
+    eprintln!(
+        "MEASURE {name} (1x0, exporter disabled, busybox sidecar) apply→Ready: {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+    check_topology(client, name, 1, 0, PW).await?;
+    let pods = pods_of(client, name).await?;
+    ensure!(pods.len() == 1, "{name}: {} pods", pods.len());
+    let p = &pods[0];
+    let pod = name_of(p);
+    let spec = p.spec.as_ref().context("pod spec")?;
+    let names: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+    ensure!(
+        names == ["server", SIDECAR_CONTAINER],
+        "{pod}: containers {names:?} (want server + {SIDECAR_CONTAINER}, no metrics-exporter)"
+    );
+    let ports: Vec<i32> = spec
+        .containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten().map(|p| p.container_port))
+        .collect();
+    ensure!(!ports.contains(&9121), "{pod}: ports {ports:?}");
+    let ip = pod_ip(p).context("pod ip")?;
+    match tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::net::TcpStream::connect((ip.as_str(), 9121)),
+    )
+    .await
+    {
+        Ok(Ok(_)) => bail!("{pod}: something listens on {ip}:9121 with the exporter disabled"),
+        Ok(Err(e)) => eprintln!("{pod} {ip}:9121: {e} (exporter disabled)"),
+        Err(_) => bail!("{pod}: connecting to {ip}:9121 timed out instead of being refused"),
+    }
+    // The server itself answers on 6379 (reachability of the pod IP).
+    tokio::net::TcpStream::connect((ip.as_str(), 6379)).await?;
+
+    let statuses = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.clone())
+        .unwrap_or_default();
+    let cs = statuses
+        .iter()
+        .find(|c| c.name == SIDECAR_CONTAINER)
+        .with_context(|| format!("{pod}: no status of {SIDECAR_CONTAINER}: {statuses:?}"))?;
+    ensure!(
+        cs.ready && cs.state.as_ref().and_then(|s| s.running.as_ref()).is_some(),
+        "{pod}: {SIDECAR_CONTAINER} not running/ready: {cs:?}"
+    );
+    ensure!(
+        cs.restart_count == 0,
+        "{pod}: {SIDECAR_CONTAINER} restarted: {cs:?}"
+    );
+    // Its loop runs: the container log (localkube: <dir>/kubelet/pods/<uid>/logs/<c>/0.log).
+    let uid = p.metadata.uid.clone().context("pod uid")?;
+    let log = env_dir
+        .join("kubelet/pods")
+        .join(uid)
+        .join("logs")
+        .join(SIDECAR_CONTAINER)
+        .join("0.log");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let ticks = text.lines().filter(|l| l.contains("tick")).count();
+        if ticks >= 2 {
+            eprintln!(
+                "{pod} {SIDECAR_CONTAINER}: {ticks} ticks in {}",
+                log.display()
+            );
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{pod} {SIDECAR_CONTAINER}: {ticks} ticks in {}: {text:?}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
+
+/// Waits until every object labelled with cluster `name` (and its pods) is gone.
+async fn wait_cluster_gone(client: &Client, name: &str, timeout: Duration) -> anyhow::Result<()> {
+    let lp = ListParams::default().labels(&format!("valkey.io/cluster={name}"));
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = Api::<ValkeyNode>::namespaced(client.clone(), NS)
+            .list(&lp)
+            .await?
+            .items
+            .len()
+            + Api::<StatefulSet>::namespaced(client.clone(), NS)
+                .list(&lp)
+                .await?
+                .items
+                .len()
+            + Api::<Pod>::namespaced(client.clone(), NS)
+                .list(&lp)
+                .await?
+                .items
+                .len()
+            + Api::<ValkeyCluster>::namespaced(client.clone(), NS)
+                .get_opt(name)
+                .await?
+                .map_or(0, |_| 1);
+        if left == 0 {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{name}: {left} objects left after {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// One line describing a write seen by a watch: who wrote it (the newest managedFields entry)
+/// and, for an Event, its reason, source and object.
+fn describe(verb: &str, kind: &str, o: &DynamicObject) -> String {
+    let name = o.metadata.name.clone().unwrap_or_default();
+    let newest = o
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .max_by_key(|m| m.time.as_ref().map(|t| t.0))
+        .map(|m| {
+            format!(
+                "manager={} op={} subresource={} at={}",
+                m.manager.clone().unwrap_or_default(),
+                m.operation.clone().unwrap_or_default(),
+                m.subresource.clone().unwrap_or_default(),
+                m.time.as_ref().map(|t| t.0.to_string()).unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    let mut line = format!(
+        "{verb} {kind}/{name} rv={} {newest}",
+        o.metadata.resource_version.clone().unwrap_or_default()
+    );
+    if kind == "Event" {
+        let s = |p: &str| o.data.pointer(p).map(|v| v.to_string()).unwrap_or_default();
+        line.push_str(&format!(
+            " reason={} type={} source={} reportingComponent={} involved={}/{} count={} message={}",
+            s("/reason"),
+            s("/type"),
+            s("/source/component"),
+            s("/reportingComponent"),
+            s("/involvedObject/kind"),
+            s("/involvedObject/name"),
+            s("/count"),
+            s("/message"),
+        ));
+    }
+    line
+}
+
+/// Writes seen by [`count_writes`]: per kind, `(object name, description)`.
+type Writes = BTreeMap<&'static str, Vec<(String, String)>>;
+
+/// Watches every kind the operator writes in the namespace (from the current resourceVersion)
+/// for `window`; returns the writes seen per kind. `during` runs once the watches are open
+/// (the positive control).
+async fn count_writes(
+    client: &Client,
+    window: Duration,
+    during: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<Writes> {
+    let kinds: Vec<(&'static str, ApiResource)> = vec![
+        ("ValkeyCluster", ApiResource::erase::<ValkeyCluster>(&())),
+        ("ValkeyNode", ApiResource::erase::<ValkeyNode>(&())),
+        ("StatefulSet", ApiResource::erase::<StatefulSet>(&())),
+        ("Deployment", ApiResource::erase::<Deployment>(&())),
+        ("Service", ApiResource::erase::<Service>(&())),
+        ("ConfigMap", ApiResource::erase::<ConfigMap>(&())),
+        ("Secret", ApiResource::erase::<Secret>(&())),
+        (
+            "PodDisruptionBudget",
+            ApiResource::erase::<PodDisruptionBudget>(&()),
+        ),
+        (
+            "PersistentVolumeClaim",
+            ApiResource::erase::<PersistentVolumeClaim>(&()),
+        ),
+        ("Event", ApiResource::erase::<Event>(&())),
+    ];
+    let wp = WatchParams::default().timeout(window.as_secs() as u32 + 30);
+    let mut watches = Vec::new();
+    for (kind, ar) in kinds {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);
+        let rv = api
+            .list(&ListParams::default())
+            .await?
+            .metadata
+            .resource_version
+            .with_context(|| format!("{kind}: list without resourceVersion"))?;
+        let stream = api.watch(&wp, &rv).await?.boxed();
+        watches.push((kind, api, rv, stream));
+    }
+    let start = tokio::time::Instant::now();
+    let deadline = start + window;
+    let tasks = watches.into_iter().map(|(kind, api, mut rv, mut stream)| {
+        let wp = wp.clone();
+        async move {
+            let mut writes = Vec::new();
+            loop {
+                let item = match tokio::time::timeout_at(deadline, stream.next()).await {
+                    Err(_) => break,
+                    Ok(None) => {
+                        // The server ended the watch early: resume where it stopped.
+                        stream = api.watch(&wp, &rv).await?.boxed();
+                        continue;
+                    }
+                    Ok(Some(item)) => item?,
+                };
+                let (verb, o) = match item {
+                    WatchEvent::Added(o) => ("ADDED", o),
+                    WatchEvent::Modified(o) => ("MODIFIED", o),
+                    WatchEvent::Deleted(o) => ("DELETED", o),
+                    WatchEvent::Bookmark(b) => {
+                        rv = b.metadata.resource_version;
+                        continue;
+                    }
+                    WatchEvent::Error(e) => bail!("watch {kind}: {e:?}"),
+                };
+                rv = o.metadata.resource_version.clone().unwrap_or(rv);
+                let line = describe(verb, kind, &o);
+                eprintln!("IDLE WRITE +{:.1}s {line}", start.elapsed().as_secs_f64());
+                writes.push((o.metadata.name.clone().unwrap_or_default(), line));
+            }
+            anyhow::Ok((kind, writes))
+        }
+    });
+    let (seen, ()) = tokio::try_join!(futures::future::try_join_all(tasks), during)?;
+    Ok(seen.into_iter().collect())
+}
+
+/// Name of the ConfigMap and Event the test itself writes near the end of the idle window.
+const PROBE: &str = "placement-idle-probe";
+
+/// The positive control of the idle window: 5 s before its end, writes a ConfigMap and an
+/// Event nobody owns or watches for (both must be seen, proving the watches were live).
+async fn probe_writes(client: &Client, at: Duration) -> anyhow::Result<()> {
+    tokio::time::sleep(at).await;
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": PROBE}, "data": {"probe": "1"}
+    }))?;
+    Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &cm)
+        .await?;
+    let ev: Event = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": PROBE},
+        "involvedObject": {"kind": "ConfigMap", "namespace": NS, "name": PROBE},
+        "reason": "Probe", "message": "idle window positive control", "type": "Normal",
+        "source": {"component": "e2e"}
+    }))?;
+    Api::<Event>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &ev)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operator_root_spread_exporter_sidecar_and_idle() -> anyhow::Result<()> {
+    if !is_root() {
+        eprintln!("skipped: needs root (localkube runs pods as processes in network namespaces)");
+        return Ok(());
+    }
+    let test_start = Instant::now();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let env = localkube::Env::start(localkube::Options::default()).await?;
+    eprintln!(
+        "MEASURE localkube start: {:.1}s",
+        test_start.elapsed().as_secs_f64()
+    );
+    let client = env.client();
+    install_crds(&client).await?;
+    let operator = Operator::start(&client);
+
+    let clusters: [(&str, i32, i32, serde_json::Value); 4] = [
+        (NODE_SPREAD, 3, 1, node_shard_required()),
+        (UNSATISFIABLE, 1, 6, node_shard_required()),
+        (
+            ZONE_SPREAD,
+            1,
+            2,
+            serde_json::json!({"scheduling": {"zone": {"spread": {"shard": {"mode": "Required"}}}}}),
+        ),
+        (
+            SIDECAR,
+            1,
+            0,
+            serde_json::json!({
+                "exporter": {"enabled": false},
+                "containers": [{
+                    "name": SIDECAR_CONTAINER,
+                    "image": "busybox:1.36",
+                    "command": ["sh", "-c", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 1; done"]
+                }]
+            }),
+        ),
+    ];
+    let t0 = Instant::now();
+    for (name, shards, replicas, extra) in clusters {
+        create_user_secret(&client, &format!("{name}-app"), PW).await?;
+        create_cluster_with(&client, name, shards, replicas, extra).await?;
+    }
+
+    // Each cluster is checked as soon as it settles; all four run concurrently.
+    let (r1, r2, r3, r4) = tokio::join!(
+        node_spread_and_exporter(&client, t0),
+        unsatisfiable_spread(&client, t0),
+        zone_spread(&client, t0),
+        sidecar_without_exporter(&client, env.dir(), t0),
+    );
+    eprintln!(
+        "MEASURE all four clusters checked: {:.1}s after apply",
+        t0.elapsed().as_secs_f64()
+    );
+    let mut failures = Vec::new();
+    for (scenario, r) in [
+        ("1 node spread + 4 exporter", r1),
+        ("2 unsatisfiable spread", r2),
+        ("3 zone spread", r3),
+        ("4 no exporter + sidecar", r4),
+    ] {
+        if let Err(e) = r {
+            eprintln!("FAILED scenario {scenario}: {e:#}");
+            failures.push(format!("{scenario}: {e:#}"));
+        }
+    }
+    ensure!(failures.is_empty(), "failed: {failures:#?}");
+
+    // 5. No writes by an idle operator (the unsatisfiable cluster is gone already).
+    for name in [NODE_SPREAD, ZONE_SPREAD, SIDECAR] {
+        let s = Api::<ValkeyCluster>::namespaced(client.clone(), NS)
+            .get(name)
+            .await?
+            .status
+            .unwrap_or_default();
+        ensure!(
+            s.state == ClusterState::Ready,
+            "{name} not Ready before the idle minute: {s:?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let window = Duration::from_secs(60);
+    let mut writes = count_writes(
+        &client,
+        window,
+        probe_writes(&client, window - Duration::from_secs(5)),
+    )
+    .await?;
+    // The positive control: exactly the probe's own ConfigMap and Event, then drop them.
+    for kind in ["ConfigMap", "Event"] {
+        let w = writes.entry(kind).or_default();
+        let probes = w.iter().filter(|(n, _)| n == PROBE).count();
+        ensure!(
+            probes == 1,
+            "the {kind} watch saw {probes} writes of the probe {PROBE} (want 1): {w:?}"
+        );
+        w.retain(|(n, _)| n != PROBE);
+    }
+    let total: usize = writes.values().map(Vec::len).sum();
+    for (kind, w) in &writes {
+        eprintln!(
+            "MEASURE idle {}s writes {kind}: {}",
+            window.as_secs(),
+            w.len()
+        );
+    }
+    eprintln!(
+        "MEASURE idle {}s writes total: {total} (besides the probe ConfigMap and Event, both seen)",
+        window.as_secs()
+    );
+    ensure!(
+        total == 0,
+        "an idle operator wrote in {}s:\n{}",
+        window.as_secs(),
+        writes
+            .values()
+            .flatten()
+            .map(|(_, l)| l.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    let text = operator.metrics.encode();
+    ensure!(text.contains("valkey_operator_reconciles_total{controller=\"valkeycluster\"}"));
+    operator.stop().await;
+    env.stop().await;
+    eprintln!(
+        "MEASURE test wall time: {:.1}s",
+        test_start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
