@@ -199,7 +199,8 @@ pub struct ValkeyClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shard_statuses: Vec<ShardStatus>,
 
-    /// The risky topology step in progress, if any.
+    /// The risky topology operation in progress (a slot rebalance or an operator-driven
+    /// failover), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<OperationStatus>,
 }

@@ -53,19 +53,21 @@ pub struct ShardStatus {
     pub slots: Vec<String>,
 }
 
-/// An in-progress risky topology step, recorded so that a restarted operator resumes it.
+/// The risky topology operation in progress (a slot rebalance or an operator-driven failover),
+/// for users to see; cleared when it completes. The operator resumes an interrupted operation
+/// from the live cluster state, not from this record.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct OperationStatus {
-    /// Kind of step, for example `Failover`, `MigrateSlots`, `Meet`, `Forget`.
+    /// Kind of operation: `MigrateSlots` or `Failover`.
     pub kind: String,
-    /// When the step started.
+    /// When the operation started (kept over the several passes of a rebalance).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
-    /// Shard the step acts on, if any.
+    /// Shard the operation acts on, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard_index: Option<i32>,
-    /// Step-specific detail (for example source, target and slot range).
+    /// What is being done (for example source, targets and slot ranges).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
 }

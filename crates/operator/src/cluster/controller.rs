@@ -23,7 +23,7 @@ use valkey_ops::client::{ClientConfig, NodePool};
 use super::apply::{self, Applied};
 use super::observe;
 use super::topology::{self, Desired};
-use super::{act, desired};
+use super::{act, desired, operation};
 use crate::metrics::Metrics;
 use crate::render;
 use crate::status::{self, EventSpec, Facts, reason};
@@ -388,9 +388,10 @@ async fn reconcile_inner(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Er
     let mut step_failure = None;
     let mut acted = false;
     let pod_ips = observe::pod_ips(&observed_pods);
-    if let Some(step) = topology::next_step(desired_layout, &in_layout, Some(&pod_ips)) {
+    let step = topology::next_step(desired_layout, &in_layout, Some(&pod_ips));
+    if let Some(step) = &step {
         debug!(cluster = %key, step = ?step, "topology step");
-        let out = act::execute(&pool, &step).await;
+        let out = act::execute(&pool, step).await;
         if out.acted {
             ctx.metrics.step(step.kind());
             info!(cluster = %key, kind = step.kind(), "topology step executed");
@@ -426,11 +427,16 @@ async fn reconcile_inner(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Er
         step_failure,
     };
     let now = Time(Timestamp::now());
-    let new_status = status::build(
+    let mut new_status = status::build(
         vc.status.as_ref(),
         &facts,
         shard_statuses,
         vc.meta().generation,
+        &now,
+    );
+    new_status.operation = operation::operation(
+        step.as_ref(),
+        vc.status.as_ref().and_then(|s| s.operation.as_ref()),
         &now,
     );
     ctx.metrics.set_cluster_state(&ns, &name, new_status.state);

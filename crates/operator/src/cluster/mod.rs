@@ -5,6 +5,7 @@ pub mod apply;
 pub mod controller;
 pub mod desired;
 pub mod observe;
+pub mod operation;
 pub mod topology;
 
 pub use controller::{CONTROLLER, Context, reconcile, run};
