@@ -272,8 +272,12 @@ pub struct Operator {
 }
 
 impl Operator {
-    /// Starts both controllers against `client`.
+    /// Starts both controllers against `client`. With `RUST_LOG` set, the operator's logs go
+    /// to stderr as text.
     pub fn start(client: &Client) -> Self {
+        if std::env::var_os("RUST_LOG").is_some() {
+            valkey_operator::telemetry::init(valkey_operator::telemetry::LogFormat::Text);
+        }
         let metrics = Arc::new(valkey_operator::metrics::Metrics::new());
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(valkey_operator::run_controllers(

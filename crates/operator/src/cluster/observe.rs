@@ -84,6 +84,10 @@ pub fn node_view(o: NodeObservation) -> NodeView {
             .replication
             .as_ref()
             .is_some_and(|r| r.primary_link_status == Some(PrimaryLinkStatus::Up)),
+        link_down_since: o
+            .replication
+            .as_ref()
+            .and_then(|r| r.primary_link_down_since),
         repl_offset: o
             .replication
             .as_ref()
@@ -175,6 +179,7 @@ mod tests {
                 cluster_ok: true,
                 primary_link_up: true,
                 repl_offset: 0,
+                link_down_since: None,
             }),
         }
     }

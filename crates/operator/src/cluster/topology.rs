@@ -35,6 +35,9 @@ pub struct NodeView {
     pub primary_link_up: bool,
     /// Replication offset it has processed (`slave_repl_offset` on a replica).
     pub repl_offset: i64,
+    /// For a replica whose link is down: seconds since it broke, `-1` when this process never
+    /// had a link (it holds only what it loaded at start).
+    pub link_down_since: Option<i64>,
 }
 
 impl NodeView {
@@ -350,7 +353,8 @@ pub fn next_step(
 ///   elect a replica only after its failure detection (`cluster-node-timeout` and more).
 ///
 /// Otherwise (Valkey has flagged it `fail`, or it is only suspected) Valkey's own election
-/// runs and this is `None`. The promoted replica is the most caught-up one.
+/// runs and this is `None`. The promoted replica is the most caught-up one among those that
+/// streamed from the failed primary since they started.
 fn failover_step(
     desired: Desired,
     members: &[Member],
@@ -394,7 +398,11 @@ fn failover_step(
                 let failed = me.primary_id.as_deref().filter(|_| me.is_replica())?;
                 let theirs = v.nodes.get(failed)?;
                 let seen = seed.get(failed)?;
-                if v.primary_link_up || theirs.slot_count() == 0 {
+                // Only a replica that streamed from the failed primary in its current life
+                // holds its data; one that restarted since (and loaded only its own, older
+                // files, or nothing) is never promoted by the operator.
+                let streamed = v.link_down_since.is_some_and(|s| s >= 0);
+                if v.primary_link_up || !streamed || theirs.slot_count() == 0 {
                     return None;
                 }
                 let mode = if !majority && (gone(seen) || (down(seen) && theirs.flags.failing())) {
@@ -656,6 +664,7 @@ mod tests {
                             .primary_of
                             .is_some_and(|p| nodes.iter().any(|y| y.n == p && !y.fail)),
                         repl_offset: i64::from(x.n) * 10,
+                        link_down_since: x.primary_of.map(|_| 1),
                     }),
                 }
             })
@@ -1052,5 +1061,18 @@ mod tests {
             x.refused = false;
         }
         assert_eq!(next_step(D31, &m, Some(&all)), None);
+    }
+
+    #[test]
+    fn replica_that_restarted_since_its_primary_failed_is_not_promoted() {
+        // Every pod restarted (persistence): the replica loaded its own files and never
+        // streamed from the primary, whose pod is still being recreated. Wait for it.
+        let mut m = primary_unreachable(&formed31());
+        for x in m.iter_mut().filter(|x| x.shard == 0) {
+            if let Some(v) = x.view.as_mut() {
+                v.link_down_since = Some(-1);
+            }
+        }
+        assert_eq!(next_step(D31, &m, Some(&ips(1, 6))), None);
     }
 }

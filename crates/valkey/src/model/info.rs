@@ -206,6 +206,10 @@ pub struct ReplicationInfo {
     pub replica_repl_offset: Option<i64>,
     /// `master_failover_state` (`no-failover`, `waiting-for-sync`, `failover-in-progress`).
     pub failover_state: Option<String>,
+    /// `master_link_down_since_seconds` (on a replica whose link is down): seconds since the
+    /// link broke, `-1` when this process never had a link to its primary (it has only what it
+    /// loaded at start, if anything).
+    pub primary_link_down_since: Option<i64>,
 }
 
 impl ReplicationInfo {
@@ -246,6 +250,7 @@ impl ReplicationInfo {
             sync_in_progress: f.flag("master_sync_in_progress")?,
             replica_repl_offset: f.opt_num("slave_repl_offset")?,
             failover_state: f.get("master_failover_state").map(str::to_owned),
+            primary_link_down_since: f.opt_num("master_link_down_since_seconds")?,
         })
     }
 
@@ -509,6 +514,7 @@ mod tests {
         assert_eq!(r.primary_link_status, Some(PrimaryLinkStatus::Down));
         assert!(r.sync_in_progress);
         assert!(!r.is_synced_replica());
+        assert_eq!(r.primary_link_down_since, Some(-1));
         let r = ReplicationInfo::parse(REPL_REPLICA_UP).unwrap();
         assert!(r.is_synced_replica());
         assert_eq!(r.offset(), 14);
