@@ -237,24 +237,8 @@ async fn operator_root_primary_kill_fails_over_and_keeps_data() -> anyhow::Resul
     create_cluster(&client, name, 3, 1).await?;
     let vc = wait_ready(&client, name, 3, Duration::from_secs(300)).await?;
     let status = vc.status.clone().context("status")?;
-    let mut conn = cluster_client(&client, name, pw).await?;
-    // Acknowledged writes: each confirmed by one replica (WAIT 1).
-    for i in 0..2_000 {
-        let key = format!("k:{i}");
-        let _: () = redis::cmd("SET")
-            .arg(&key)
-            .arg(i)
-            .query_async(&mut conn)
-            .await?;
-        if i % 100 == 99 {
-            let acked: i64 = redis::cmd("WAIT")
-                .arg(1)
-                .arg(2000)
-                .query_async(&mut conn)
-                .await?;
-            ensure!(acked >= 1, "WAIT 1 not acknowledged");
-        }
-    }
+    // Acknowledged writes: each batch confirmed by one replica (WAIT 1).
+    acked_writes(&mut cluster_client(&client, name, pw).await?, 2_000, "k").await?;
 
     // Kill the server process of shard 0's primary.
     let victim = status.shard_statuses[0]
@@ -265,21 +249,8 @@ async fn operator_root_primary_kill_fails_over_and_keeps_data() -> anyhow::Resul
     let killed = Instant::now();
     faults.kill_container(NS, &victim, "server")?;
     eprintln!("killed server of {victim}");
-    // Wait until every slot is writable again.
-    let mut writable = None;
-    while killed.elapsed() < Duration::from_secs(120) {
-        let ok = async {
-            let mut c = cluster_client(&client, name, pw).await?;
-            write_read(&mut c, 200, "after").await
-        }
-        .await;
-        if ok.is_ok() {
-            writable = Some(killed.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let writable = writable.context("slots not writable after killing the primary")?;
+    // Wait until every slot is writable again (a probe that neither retries nor waits).
+    let writable = wait_writable(&client, name, pw, Duration::from_secs(120)).await?;
     eprintln!(
         "MEASURE failover: all slots writable after {:.1}s",
         writable.as_secs_f64()
@@ -300,17 +271,13 @@ async fn operator_root_primary_kill_fails_over_and_keeps_data() -> anyhow::Resul
         new_primary.as_deref() != Some(victim.as_str()),
         "no failover: the killed primary {victim} came back as primary"
     );
-    let mut conn = cluster_client(&client, name, pw).await?;
-    for i in 0..2_000 {
-        let v: Option<usize> = redis::cmd("GET")
-            .arg(format!("k:{i}"))
-            .query_async(&mut conn)
-            .await?;
-        ensure!(
-            v == Some(i),
-            "acknowledged key k:{i} lost after the failover: {v:?}"
-        );
-    }
+    check_acked(
+        &mut cluster_client(&client, name, pw).await?,
+        2_000,
+        "k",
+        "the primary kill",
+    )
+    .await?;
 
     operator.stop().await;
     env.stop().await;

@@ -16,141 +16,13 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams};
 use support::*;
 use valkey_api::{ValkeyCluster, ValkeyNode};
-
-fn cluster_selector(name: &str) -> ListParams {
-    ListParams::default().labels(&format!("valkey.io/cluster={name}"))
-}
-
-/// Names of the objects of cluster `name` that still exist (empty once all are gone).
-async fn remaining_objects(client: &Client, name: &str) -> anyhow::Result<Vec<String>> {
-    let mut left = Vec::new();
-    let lp = cluster_selector(name);
-    for vn in Api::<ValkeyNode>::namespaced(client.clone(), NS)
-        .list(&lp)
-        .await?
-    {
-        left.push(format!(
-            "ValkeyNode/{}",
-            vn.metadata.name.unwrap_or_default()
-        ));
-    }
-    for d in Api::<Deployment>::namespaced(client.clone(), NS)
-        .list(&lp)
-        .await?
-    {
-        left.push(format!(
-            "Deployment/{}",
-            d.metadata.name.unwrap_or_default()
-        ));
-    }
-    for s in Api::<StatefulSet>::namespaced(client.clone(), NS)
-        .list(&lp)
-        .await?
-    {
-        left.push(format!(
-            "StatefulSet/{}",
-            s.metadata.name.unwrap_or_default()
-        ));
-    }
-    let svc = format!("valkey-{name}");
-    if Api::<Service>::namespaced(client.clone(), NS)
-        .get_opt(&svc)
-        .await?
-        .is_some()
-    {
-        left.push(format!("Service/{svc}"));
-    }
-    let cm = format!("valkey-{name}-config");
-    if Api::<ConfigMap>::namespaced(client.clone(), NS)
-        .get_opt(&cm)
-        .await?
-        .is_some()
-    {
-        left.push(format!("ConfigMap/{cm}"));
-    }
-    for s in ["system", "acl"] {
-        let sec = format!("valkey-{name}-{s}");
-        if Api::<Secret>::namespaced(client.clone(), NS)
-            .get_opt(&sec)
-            .await?
-            .is_some()
-        {
-            left.push(format!("Secret/{sec}"));
-        }
-    }
-    let pdb = format!("valkey-{name}");
-    if Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
-        .get_opt(&pdb)
-        .await?
-        .is_some()
-    {
-        left.push(format!("PodDisruptionBudget/{pdb}"));
-    }
-    Ok(left)
-}
-
-/// The `_operator` password from the cluster's system Secret.
-async fn operator_password(client: &Client, name: &str) -> anyhow::Result<String> {
-    let system = Api::<Secret>::namespaced(client.clone(), NS)
-        .get(&format!("valkey-{name}-system"))
-        .await?;
-    secret_value(&system, "operator-password")
-}
-
-/// Writes `n` keys `<prefix>:<i>` through a cluster client, each batch of 100 acknowledged by
-/// one replica (`WAIT 1`).
-async fn acked_writes(
-    client: &Client,
-    name: &str,
-    pw: &str,
-    prefix: &str,
-    n: usize,
-) -> anyhow::Result<()> {
-    let mut conn = cluster_client(client, name, pw).await?;
-    for i in 0..n {
-        let _: () = redis::cmd("SET")
-            .arg(format!("{prefix}:{i}"))
-            .arg(i)
-            .query_async(&mut conn)
-            .await?;
-        if i % 100 == 99 {
-            let acked: i64 = redis::cmd("WAIT")
-                .arg(1)
-                .arg(2000)
-                .query_async(&mut conn)
-                .await?;
-            ensure!(acked >= 1, "WAIT 1 not acknowledged");
-        }
-    }
-    Ok(())
-}
-
-/// Every acknowledged key `<prefix>:<i>` is readable with its value.
-async fn check_acked(
-    client: &Client,
-    name: &str,
-    pw: &str,
-    prefix: &str,
-    n: usize,
-) -> anyhow::Result<()> {
-    let mut conn = cluster_client(client, name, pw).await?;
-    for i in 0..n {
-        let v: Option<usize> = redis::cmd("GET")
-            .arg(format!("{prefix}:{i}"))
-            .query_async(&mut conn)
-            .await?;
-        ensure!(v == Some(i), "acknowledged key {prefix}:{i} lost: {v:?}");
-    }
-    Ok(())
-}
 
 /// The pod of shard `shard`'s primary, from the status (itself from the live view).
 async fn primary_of(client: &Client, name: &str, shard: usize) -> anyhow::Result<String> {
@@ -160,45 +32,6 @@ async fn primary_of(client: &Client, name: &str, shard: usize) -> anyhow::Result
     vc.status
         .and_then(|s| s.shard_statuses.get(shard)?.primary_pod.clone())
         .with_context(|| format!("no primary of shard {shard}"))
-}
-
-/// Time until 200 keys spread over all slots can be written, probing every 200 ms with a
-/// client that neither retries nor waits more than 500 ms (so the figure is not inflated by
-/// client back-off).
-async fn wait_writable(
-    client: &Client,
-    name: &str,
-    pw: &str,
-    timeout: Duration,
-) -> anyhow::Result<Duration> {
-    let started = Instant::now();
-    let mut last = String::new();
-    while started.elapsed() < timeout {
-        let attempt = async {
-            let seeds: Vec<String> = pods_of(client, name)
-                .await?
-                .iter()
-                .filter_map(pod_ip)
-                .map(|ip| format!("redis://{ip}:6379"))
-                .collect();
-            let cc = redis::cluster::ClusterClient::builder(seeds)
-                .username("app")
-                .password(pw)
-                .retries(0)
-                .connection_timeout(Duration::from_millis(500))
-                .response_timeout(Duration::from_millis(500))
-                .build()?;
-            let mut conn = cc.get_async_connection().await?;
-            write_read(&mut conn, 200, "probe").await
-        };
-        match tokio::time::timeout(Duration::from_secs(3), attempt).await {
-            Ok(Ok(())) => return Ok(started.elapsed()),
-            Ok(Err(e)) => last = e.to_string(),
-            Err(_) => last = "probe timed out".into(),
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    bail!("slots not writable after {timeout:?}: {last}")
 }
 
 /// Waits (up to 240 s from `since`) until the victim pod is gone or replaced (when its uid is
@@ -240,7 +73,7 @@ async fn wait_recovered(
                 2,
                 2,
                 "_operator",
-                &operator_password(client, name).await?,
+                &system_operator_password(client, name).await?,
             )
             .await
             {
@@ -290,11 +123,11 @@ async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
     let op_pw = secret_value(&system, "operator-password")?;
     check_topology_as(&client, name, 2, 2, "_operator", &op_pw).await?;
     let vns = Api::<ValkeyNode>::namespaced(client.clone(), NS)
-        .list(&cluster_selector(name))
+        .list(&cluster_lp(name))
         .await?;
     ensure!(vns.items.len() == 6, "ValkeyNodes: {}", vns.items.len());
     let deployments = Api::<Deployment>::namespaced(client.clone(), NS)
-        .list(&cluster_selector(name))
+        .list(&cluster_lp(name))
         .await?;
     ensure!(
         deployments.items.len() == 6,
@@ -317,7 +150,7 @@ async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
     // 2. Kill the server process of shard 0's primary. With two shards the surviving
     //    primaries are no majority, so no replica can win Valkey's election: the operator
     //    takes over with the most caught-up replica.
-    acked_writes(&client, name, pw, "a", 2_000).await?;
+    acked_writes(&mut cluster_client(&client, name, pw).await?, 2_000, "a").await?;
     let victim = primary_of(&client, name, 0).await?;
     let faults = env.faults().context("faults")?;
     let killed = Instant::now();
@@ -333,11 +166,17 @@ async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
         "MEASURE 2x2 primary kill → Ready with full replica count: {:.1}s",
         recovered.as_secs_f64()
     );
-    check_acked(&client, name, pw, "a", 2_000).await?;
+    check_acked(
+        &mut cluster_client(&client, name, pw).await?,
+        2_000,
+        "a",
+        "the primary kill",
+    )
+    .await?;
 
     // 3. Delete the pod of shard 1's primary (default grace): on SIGTERM the primary hands
     //    its slots to a replica; the Deployment's new pod becomes a replica.
-    acked_writes(&client, name, pw, "b", 2_000).await?;
+    acked_writes(&mut cluster_client(&client, name, pw).await?, 2_000, "b").await?;
     let victim = primary_of(&client, name, 1).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let victim_uid = pods.get(&victim).await?.metadata.uid;
@@ -354,17 +193,19 @@ async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
         "MEASURE 2x2 primary pod delete → Ready with full replica count: {:.1}s",
         recovered.as_secs_f64()
     );
-    check_acked(&client, name, pw, "a", 2_000).await?;
-    check_acked(&client, name, pw, "b", 2_000).await?;
+    let mut conn = cluster_client(&client, name, pw).await?;
+    check_acked(&mut conn, 2_000, "a", "the primary pod delete").await?;
+    check_acked(&mut conn, 2_000, "b", "the primary pod delete").await?;
+    drop(conn);
 
     // 4. Delete the ValkeyCluster: everything it owns is garbage-collected.
-    ensure!(remaining_objects(&client, name).await?.len() >= 6 + 6 + 5);
+    ensure!(objects_left(&client, name).await?.len() >= 6 + 6 + 5);
     let deleted = Instant::now();
     Api::<ValkeyCluster>::namespaced(client.clone(), NS)
         .delete(name, &DeleteParams::default())
         .await?;
     let gone_after = loop {
-        let left = remaining_objects(&client, name).await?;
+        let left = objects_left(&client, name).await?;
         if left.is_empty() {
             break deleted.elapsed();
         }

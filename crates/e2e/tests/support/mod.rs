@@ -223,21 +223,29 @@ pub async fn check_topology_as(
     Ok(())
 }
 
-pub async fn cluster_client(
+/// A cluster client builder for user `app`, seeded with every pod IP of cluster `name`.
+pub async fn cluster_client_builder(
     client: &Client,
     name: &str,
     pw: &str,
-) -> anyhow::Result<redis::cluster_async::ClusterConnection> {
+) -> anyhow::Result<redis::cluster::ClusterClientBuilder> {
     let seeds: Vec<String> = pods_of(client, name)
         .await?
         .iter()
         .filter_map(pod_ip)
         .map(|ip| format!("redis://{ip}:6379"))
         .collect();
-    let cc = redis::cluster::ClusterClient::builder(seeds)
+    Ok(redis::cluster::ClusterClient::builder(seeds)
         .username("app")
-        .password(pw)
-        .build()?;
+        .password(pw))
+}
+
+pub async fn cluster_client(
+    client: &Client,
+    name: &str,
+    pw: &str,
+) -> anyhow::Result<redis::cluster_async::ClusterConnection> {
+    let cc = cluster_client_builder(client, name, pw).await?.build()?;
     Ok(cc.get_async_connection().await?)
 }
 
@@ -516,4 +524,38 @@ pub async fn wait_recovered(
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+// --- failover helpers ---
+
+/// Time until 200 keys spread over all slots can be written, probing every 200 ms with a
+/// client that neither retries nor waits more than 500 ms (so the figure is not inflated by
+/// client back-off).
+pub async fn wait_writable(
+    client: &Client,
+    name: &str,
+    pw: &str,
+    timeout: Duration,
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let mut last = String::new();
+    while started.elapsed() < timeout {
+        let attempt = async {
+            let cc = cluster_client_builder(client, name, pw)
+                .await?
+                .retries(0)
+                .connection_timeout(Duration::from_millis(500))
+                .response_timeout(Duration::from_millis(500))
+                .build()?;
+            let mut conn = cc.get_async_connection().await?;
+            write_read(&mut conn, 200, "probe").await
+        };
+        match tokio::time::timeout(Duration::from_secs(3), attempt).await {
+            Ok(Ok(())) => return Ok(started.elapsed()),
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => last = "probe timed out".into(),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    bail!("slots not writable after {timeout:?}: {last}")
 }
