@@ -9,18 +9,23 @@
 //!    caught-up replica. All slots are writable again, the cluster returns to Ready with the
 //!    full replica count, and writes acknowledged with `WAIT 1` before are all readable.
 //! 3. Deleting the pod of shard 1's primary (default grace): same outcome.
-//! 4. Deleting the ValkeyCluster garbage-collects its ValkeyNodes, workloads, Service,
+//! 4. Live settings (`maxmemory`, `maxmemory-policy`, `maxclients`) changed in `spec.config`
+//!    reach every server without restarting a pod; every ValkeyNode reports
+//!    `LiveConfigApplied=True`.
+//! 5. Deleting the ValkeyCluster garbage-collects its ValkeyNodes, workloads, Service,
 //!    ConfigMap, Secrets and PodDisruptionBudget within 60 s.
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use support::*;
 use valkey_api::{ValkeyCluster, ValkeyNode};
 
@@ -85,6 +90,109 @@ async fn wait_recovered(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Pod name → (uid, server restart count) of cluster `name`.
+async fn pod_identities(
+    client: &Client,
+    name: &str,
+) -> anyhow::Result<BTreeMap<String, (String, i32)>> {
+    Ok(pods_of(client, name)
+        .await?
+        .iter()
+        .map(|p| {
+            let restarts = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.name == "server"))
+                .map_or(0, |c| c.restart_count);
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                (p.metadata.uid.clone().unwrap_or_default(), restarts),
+            )
+        })
+        .collect())
+}
+
+async fn live_settings_applied_without_restart(client: &Client, name: &str) -> anyhow::Result<()> {
+    let before = pod_identities(client, name).await?;
+    let op_pw = system_operator_password(client, name).await?;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    let patch = serde_json::json!({"spec": {"config": {
+        "maxmemory": "64mb", "maxmemory-policy": "allkeys-lru", "maxclients": "2000"
+    }}});
+    let changed = Instant::now();
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let want = [
+        ("maxmemory", "67108864"),
+        ("maxmemory-policy", "allkeys-lru"),
+        ("maxclients", "2000"),
+    ];
+    let mut last = String::new();
+    loop {
+        ensure!(
+            changed.elapsed() < Duration::from_secs(60),
+            "live settings not applied within 60 s: {last}"
+        );
+        let mut pending = Vec::new();
+        for p in pods_of(client, name).await? {
+            let ip = pod_ip(&p).context("pod ip")?;
+            let mut c = node_conn(&ip, "_operator", &op_pw).await?;
+            for (k, v) in want {
+                let got: Vec<String> = redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg(k)
+                    .query_async(&mut c)
+                    .await?;
+                if got.get(1).map(String::as_str) != Some(v) {
+                    pending.push(format!("{ip} {k}={got:?}"));
+                }
+            }
+        }
+        for vn in Api::<ValkeyNode>::namespaced(client.clone(), NS)
+            .list(&cluster_lp(name))
+            .await?
+        {
+            let applied = vn.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "LiveConfigApplied" && c.status == "True")
+            });
+            if !applied {
+                pending.push(format!("{}: LiveConfigApplied not True", vn.name_any()));
+            }
+        }
+        if pending.is_empty() {
+            break;
+        }
+        last = pending.join("; ");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "MEASURE live settings changed → on every server, LiveConfigApplied=True: {:.1}s",
+        changed.elapsed().as_secs_f64()
+    );
+    let after = pod_identities(client, name).await?;
+    ensure!(
+        before == after,
+        "pods were restarted or replaced by a live setting change: {before:?} → {after:?}"
+    );
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .get(&format!("valkey-{name}-config"))
+        .await?;
+    let conf = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get("valkey.conf"))
+        .context("valkey.conf")?;
+    ensure!(
+        conf.contains("maxmemory 64mb"),
+        "restarted pods would not get the setting: {conf}"
+    );
+    wait_ready(client, name, 2, Duration::from_secs(60)).await?;
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -198,7 +306,12 @@ async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
     check_acked(&mut conn, 2_000, "b", "the primary pod delete").await?;
     drop(conn);
 
-    // 4. Delete the ValkeyCluster: everything it owns is garbage-collected.
+    // 4. Live settings: maxmemory, maxmemory-policy and maxclients reach every server with
+    //    CONFIG SET; no pod is restarted or replaced; every ValkeyNode reports
+    //    LiveConfigApplied=True.
+    live_settings_applied_without_restart(&client, name).await?;
+
+    // 5. Delete the ValkeyCluster: everything it owns is garbage-collected.
     ensure!(objects_left(&client, name).await?.len() >= 6 + 6 + 5);
     let deleted = Instant::now();
     Api::<ValkeyCluster>::namespaced(client.clone(), NS)

@@ -23,7 +23,7 @@ use valkey_ops::client::{ClientConfig, NodePool};
 use super::apply::{self, Applied};
 use super::observe;
 use super::topology::{self, Desired};
-use super::{act, desired, operation};
+use super::{act, desired, live_config, operation};
 use crate::metrics::Metrics;
 use crate::render;
 use crate::status::{self, EventSpec, Facts, reason};
@@ -403,6 +403,18 @@ async fn reconcile_inner(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Er
             progress = out.progress;
         }
     }
+    // Live settings: CONFIG SET where they differ, LiveConfigApplied on the ValkeyNodes.
+    let now = Time(Timestamp::now());
+    live_config::reconcile(
+        &pool,
+        &vnodes,
+        &ctx.recorder,
+        &want,
+        &observed_nodes,
+        &members,
+        &now,
+    )
+    .await;
     let (topo, shard_statuses) = topology::analyze(desired_layout, &in_layout);
     let unschedulable = observed_pods
         .iter()
@@ -426,7 +438,6 @@ async fn reconcile_inner(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Er
         progress,
         step_failure,
     };
-    let now = Time(Timestamp::now());
     let mut new_status = status::build(
         vc.status.as_ref(),
         &facts,

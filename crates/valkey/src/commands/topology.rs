@@ -131,7 +131,8 @@ pub async fn add_slots_range(pool: &NodePool, addr: &str, ranges: &[SlotRange]) 
 
 /// Makes the node at `replica_addr` a replica of `primary_id` (`CLUSTER REPLICATE`).
 /// No-op if it already is. [`CommandError::NotReady`] if the node does not know the
-/// primary yet; refused if the node is a primary that owns slots.
+/// primary yet, or does not see it as a primary yet; refused if the node is a primary that
+/// owns slots.
 pub async fn replicate(pool: &NodePool, replica_addr: &str, primary_id: &str) -> Result<bool> {
     let nodes = cluster_nodes(pool, replica_addr).await?;
     let me = nodes
@@ -154,6 +155,12 @@ pub async fn replicate(pool: &NodePool, replica_addr: &str, primary_id: &str) ->
         Some(p) if p.flags.handshake => {
             return Err(CommandError::NotReady(format!(
                 "{replica_addr} is still in handshake with {primary_id}"
+            )));
+        }
+        // Just promoted (a failover): this node has not heard of it through gossip yet.
+        Some(p) if !p.is_primary() => {
+            return Err(CommandError::NotReady(format!(
+                "{replica_addr} still sees {primary_id} as a replica"
             )));
         }
         Some(_) => {}
