@@ -74,7 +74,12 @@ pub fn updated_conditions(
         Outcome::Failed(m) => ("False", APPLY_FAILED, m.clone()),
         Outcome::Unobserved => return None,
     };
-    if existing.is_some_and(|c| c.status == status && c.reason == reason && c.message == message) {
+    if existing.is_some_and(|c| {
+        c.status == status
+            && c.reason == reason
+            && c.message == message
+            && c.observed_generation == node.metadata.generation
+    }) {
         return None;
     }
     let transition = existing
@@ -213,9 +218,14 @@ mod tests {
             ("True", APPLIED)
         );
         assert_eq!(live.observed_generation, Some(3));
-        let n = node(&[("maxmemory", "64mb")], c);
+        let mut n = node(&[("maxmemory", "64mb")], c);
         assert_eq!(updated_conditions(&n, &Outcome::Applied, &at(20)), None);
         assert_eq!(updated_conditions(&n, &Outcome::Unobserved, &at(20)), None);
+        // A new generation of the node is acknowledged once, keeping the transition time.
+        n.metadata.generation = Some(4);
+        let c = updated_conditions(&n, &Outcome::Applied, &at(30)).expect("set");
+        assert_eq!(c[0].observed_generation, Some(4));
+        assert_eq!(c[0].last_transition_time, at(10));
     }
 
     #[test]
