@@ -11,7 +11,8 @@
 //! 3. Deleting the pod of shard 1's primary (default grace): same outcome.
 //! 4. Live settings (`maxmemory`, `maxmemory-policy`, `maxclients`) changed in `spec.config`
 //!    reach every server without restarting a pod; every ValkeyNode reports
-//!    `LiveConfigApplied=True`.
+//!    `LiveConfigApplied=True`. A user added to `spec.users` can log in on every pod (ACL LOAD
+//!    after the mounted file is refreshed), `ACLApplied=True`, still without a restart.
 //! 5. Deleting the ValkeyCluster garbage-collects its ValkeyNodes, workloads, Service,
 //!    ConfigMap, Secrets and PodDisruptionBudget within 60 s.
 
@@ -115,14 +116,59 @@ async fn pod_identities(
         .collect())
 }
 
-async fn live_settings_applied_without_restart(client: &Client, name: &str) -> anyhow::Result<()> {
+/// ValkeyNodes of cluster `name` whose condition `type_` is not True.
+async fn condition_not_true(
+    client: &Client,
+    name: &str,
+    type_: &str,
+) -> anyhow::Result<Vec<String>> {
+    Ok(Api::<ValkeyNode>::namespaced(client.clone(), NS)
+        .list(&cluster_lp(name))
+        .await?
+        .into_iter()
+        .filter(|vn| {
+            !vn.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == type_ && c.status == "True")
+            })
+        })
+        .map(|vn| format!("{}: {type_} not True", vn.name_any()))
+        .collect())
+}
+
+/// Polls `pending` every 250 ms until it lists nothing; returns the time that took.
+async fn wait_settled<F, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut pending: F,
+) -> anyhow::Result<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Vec<String>>>,
+{
+    let started = Instant::now();
+    loop {
+        let left = pending().await?;
+        if left.is_empty() {
+            return Ok(started.elapsed());
+        }
+        ensure!(
+            started.elapsed() < timeout,
+            "{what} not done within {timeout:?}: {}",
+            left.join("; ")
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn live_changes_applied_without_restart(client: &Client, name: &str) -> anyhow::Result<()> {
     let before = pod_identities(client, name).await?;
     let op_pw = system_operator_password(client, name).await?;
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
     let patch = serde_json::json!({"spec": {"config": {
         "maxmemory": "64mb", "maxmemory-policy": "allkeys-lru", "maxclients": "2000"
     }}});
-    let changed = Instant::now();
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     let want = [
@@ -130,13 +176,8 @@ async fn live_settings_applied_without_restart(client: &Client, name: &str) -> a
         ("maxmemory-policy", "allkeys-lru"),
         ("maxclients", "2000"),
     ];
-    let mut last = String::new();
-    loop {
-        ensure!(
-            changed.elapsed() < Duration::from_secs(60),
-            "live settings not applied within 60 s: {last}"
-        );
-        let mut pending = Vec::new();
+    let took = wait_settled("live settings", Duration::from_secs(60), || async {
+        let mut pending = condition_not_true(client, name, "LiveConfigApplied").await?;
         for p in pods_of(client, name).await? {
             let ip = pod_ip(&p).context("pod ip")?;
             let mut c = node_conn(&ip, "_operator", &op_pw).await?;
@@ -151,33 +192,12 @@ async fn live_settings_applied_without_restart(client: &Client, name: &str) -> a
                 }
             }
         }
-        for vn in Api::<ValkeyNode>::namespaced(client.clone(), NS)
-            .list(&cluster_lp(name))
-            .await?
-        {
-            let applied = vn.status.as_ref().is_some_and(|s| {
-                s.conditions
-                    .iter()
-                    .any(|c| c.type_ == "LiveConfigApplied" && c.status == "True")
-            });
-            if !applied {
-                pending.push(format!("{}: LiveConfigApplied not True", vn.name_any()));
-            }
-        }
-        if pending.is_empty() {
-            break;
-        }
-        last = pending.join("; ");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        Ok(pending)
+    })
+    .await?;
     eprintln!(
         "MEASURE live settings changed → on every server, LiveConfigApplied=True: {:.1}s",
-        changed.elapsed().as_secs_f64()
-    );
-    let after = pod_identities(client, name).await?;
-    ensure!(
-        before == after,
-        "pods were restarted or replaced by a live setting change: {before:?} → {after:?}"
+        took.as_secs_f64()
     );
     let cm = Api::<ConfigMap>::namespaced(client.clone(), NS)
         .get(&format!("valkey-{name}-config"))
@@ -190,6 +210,40 @@ async fn live_settings_applied_without_restart(client: &Client, name: &str) -> a
     ensure!(
         conf.contains("maxmemory 64mb"),
         "restarted pods would not get the setting: {conf}"
+    );
+    wait_ready(client, name, 2, Duration::from_secs(60)).await?;
+
+    // A new user: the ACL Secret changes, every pod's mounted file follows, the operator runs
+    // ACL LOAD; the user can log in everywhere.
+    create_user_secret(client, &format!("{name}-reader"), "reader-password-1").await?;
+    let patch = serde_json::json!({"spec": {"users": [
+        {"name": "app", "passwordSecret": {"name": format!("{name}-app"), "keys": ["password"]},
+         "permissions": "+@all ~* &*"},
+        {"name": "reader", "passwordSecret": {"name": format!("{name}-reader"), "keys": ["password"]},
+         "permissions": "+get ~*"}
+    ]}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let took = wait_settled("new user", Duration::from_secs(120), || async {
+        let mut pending = condition_not_true(client, name, "ACLApplied").await?;
+        for p in pods_of(client, name).await? {
+            let ip = pod_ip(&p).context("pod ip")?;
+            if let Err(e) = node_conn(&ip, "reader", "reader-password-1").await {
+                pending.push(format!("{ip}: {e}"));
+            }
+        }
+        Ok(pending)
+    })
+    .await?;
+    eprintln!(
+        "MEASURE user added → usable on every pod, ACLApplied=True: {:.1}s",
+        took.as_secs_f64()
+    );
+    // Neither change restarted or replaced a pod.
+    let after = pod_identities(client, name).await?;
+    ensure!(
+        before == after,
+        "pods were restarted or replaced by a live change: {before:?} → {after:?}"
     );
     wait_ready(client, name, 2, Duration::from_secs(60)).await?;
     Ok(())
@@ -309,7 +363,7 @@ async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
     // 4. Live settings: maxmemory, maxmemory-policy and maxclients reach every server with
     //    CONFIG SET; no pod is restarted or replaced; every ValkeyNode reports
     //    LiveConfigApplied=True.
-    live_settings_applied_without_restart(&client, name).await?;
+    live_changes_applied_without_restart(&client, name).await?;
 
     // 5. Delete the ValkeyCluster: everything it owns is garbage-collected.
     ensure!(objects_left(&client, name).await?.len() >= 6 + 6 + 5);

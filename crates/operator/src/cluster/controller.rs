@@ -23,7 +23,7 @@ use valkey_ops::client::{ClientConfig, NodePool};
 use super::apply::{self, Applied};
 use super::observe;
 use super::topology::{self, Desired};
-use super::{act, desired, live_config, operation};
+use super::{act, desired, live, operation};
 use crate::metrics::Metrics;
 use crate::render;
 use crate::status::{self, EventSpec, Facts, reason};
@@ -403,9 +403,9 @@ async fn reconcile_inner(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Er
             progress = out.progress;
         }
     }
-    // Live settings: CONFIG SET where they differ, LiveConfigApplied on the ValkeyNodes.
+    // Live changes: CONFIG SET and ACL LOAD where needed, conditions on the ValkeyNodes.
     let now = Time(Timestamp::now());
-    live_config::reconcile(
+    let live = live::reconcile(
         &pool,
         &vnodes,
         &ctx.recorder,
@@ -415,6 +415,15 @@ async fn reconcile_inner(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Er
         &now,
     )
     .await;
+    if live.acl_pending > 0 {
+        progress.get_or_insert((
+            reason::UPDATING_NODES,
+            format!(
+                "waiting for {} pods to see the new ACL file",
+                live.acl_pending
+            ),
+        ));
+    }
     let (topo, shard_statuses) = topology::analyze(desired_layout, &in_layout);
     let unschedulable = observed_pods
         .iter()
@@ -455,12 +464,18 @@ async fn reconcile_inner(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Er
     if status::changed(vc.status.as_ref(), &new_status) {
         let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns);
         let patch = serde_json::json!({ "status": new_status });
-        api.patch_status(
-            &name,
-            &PatchParams::apply(CLUSTER_FIELD_MANAGER),
-            &Patch::Merge(&patch),
-        )
-        .await?;
+        match api
+            .patch_status(
+                &name,
+                &PatchParams::apply(CLUSTER_FIELD_MANAGER),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            // Deleted during the pass: nothing left to report.
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Action::await_change()),
+            r => r?,
+        };
         info!(cluster = %key, state = ?new_status.state, reason = ?new_status.reason, "status updated");
     }
     publish(ctx, vc, &events).await;

@@ -4,7 +4,7 @@ pub mod act;
 pub mod apply;
 pub mod controller;
 pub mod desired;
-pub mod live_config;
+pub mod live;
 pub mod observe;
 pub mod operation;
 pub mod topology;

@@ -205,8 +205,8 @@ pub async fn loaded_revision(pool: &NodePool, addr: &str) -> Result<Option<Strin
 }
 
 /// Loads the node's ACL file (`ACL LOAD`) unless `expected_revision` is already active, then
-/// verifies the loaded revision. If the file on disk still has another revision, the error
-/// says which one was found (retry once the file is updated). `ACL LOAD` is all-or-nothing on
+/// verifies the loaded revision. If the file on disk still has another revision (the mounted
+/// Secret is not refreshed yet), [`CommandError::NotReady`] says which one was found. `ACL LOAD` is all-or-nothing on
 /// the server: a file with an invalid line leaves the old rules in place.
 pub async fn acl_load(
     pool: &NodePool,
@@ -219,8 +219,8 @@ pub async fn acl_load(
     let _: redis::Value = pool.query(addr, redis::cmd("ACL").arg("LOAD")).await?;
     match loaded_revision(pool, addr).await? {
         Some(r) if r == expected_revision => Ok(AclLoadOutcome::Loaded),
-        found => Err(CommandError::Failed(format!(
-            "ACL file on {addr} has revision {found:?}, expected {expected_revision:?} (file not updated yet?)"
+        found => Err(CommandError::NotReady(format!(
+            "ACL file on {addr} has revision {found:?}, expected {expected_revision:?} (file not updated yet)"
         ))),
     }
 }

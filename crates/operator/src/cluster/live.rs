@@ -1,0 +1,343 @@
+//! Live changes to running pods, without a restart, each reported as a ValkeyNode condition:
+//!
+//! - settings (`maxmemory`, `maxmemory-policy`, `maxclients`) applied with `CONFIG SET`:
+//!   `LiveConfigApplied` (absent when the node has no live setting); the rendered `valkey.conf`
+//!   carries the same values, so a restarted pod starts with them;
+//! - the ACL file (users, passwords, permissions) loaded with `ACL LOAD` once the mounted
+//!   Secret shows the expected revision: `ACLApplied` (`PendingPropagation` until then).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::Resource;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use tracing::{debug, info, warn};
+use valkey_api::ValkeyNode;
+use valkey_ops::client::NodePool;
+use valkey_ops::commands::{CommandError, acl_load, config_set};
+
+use super::topology::Member;
+
+/// ValkeyNode condition type for live settings.
+pub const LIVE_CONFIG_APPLIED: &str = "LiveConfigApplied";
+/// ValkeyNode condition type for the ACL.
+pub const ACL_APPLIED: &str = "ACLApplied";
+/// Reason: the desired state is in effect.
+pub const APPLIED: &str = "Applied";
+/// Reason: the command was refused or failed.
+pub const APPLY_FAILED: &str = "ApplyFailed";
+/// Reason (ACLApplied=False): the pod's mounted ACL file is not the new revision yet.
+pub const PENDING_PROPAGATION: &str = "PendingPropagation";
+/// Warning event on the ValkeyNode when applying settings fails.
+pub const CONFIG_FAILED_EVENT: &str = "LiveConfigApplyFailed";
+/// Warning event on the ValkeyNode when loading the ACL fails.
+pub const ACL_FAILED_EVENT: &str = "LiveACLApplyFailed";
+
+/// What applying the live settings to one node gave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The desired state is in effect (it may just have been applied).
+    Applied,
+    /// The change cannot be applied yet (the mounted file is not updated): this message.
+    Pending(String),
+    /// The command failed with this message.
+    Failed(String),
+    /// The pod could not be reached this pass: nothing is concluded.
+    Unobserved,
+}
+
+/// The node's conditions with `type_` set from `outcome` (`applied` is the True message), or
+/// removed when `wanted` is false; `None` when they would not change (no write).
+pub fn updated_conditions(
+    node: &ValkeyNode,
+    type_: &str,
+    wanted: bool,
+    outcome: &Outcome,
+    applied: &str,
+    now: &Time,
+) -> Option<Vec<Condition>> {
+    let current = node
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let existing = current.iter().find(|c| c.type_ == type_);
+    let others = || current.iter().filter(|c| c.type_ != type_).cloned();
+    if !wanted {
+        existing?;
+        return Some(others().collect());
+    }
+    let (status, reason, message) = match outcome {
+        Outcome::Applied => ("True", APPLIED, applied.to_owned()),
+        Outcome::Pending(m) => ("False", PENDING_PROPAGATION, m.clone()),
+        Outcome::Failed(m) => ("False", APPLY_FAILED, m.clone()),
+        Outcome::Unobserved => return None,
+    };
+    if existing.is_some_and(|c| {
+        c.status == status
+            && c.reason == reason
+            && c.message == message
+            && c.observed_generation == node.metadata.generation
+    }) {
+        return None;
+    }
+    let transition = existing
+        .filter(|c| c.status == status)
+        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+    let mut out: Vec<Condition> = others().collect();
+    out.push(Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        last_transition_time: transition,
+        observed_generation: node.metadata.generation,
+    });
+    Some(out)
+}
+
+/// What a pass of live changes left to do.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Nodes whose mounted ACL file does not have the new revision yet.
+    pub acl_pending: usize,
+}
+
+/// Applies the live settings and the ACL of every ValkeyNode in `desired` to its reachable pod,
+/// records `LiveConfigApplied` and `ACLApplied` on the observed ValkeyNodes when they change,
+/// and emits `LiveConfigApplyFailed` / `LiveACLApplyFailed` when a node enters a failed state.
+pub async fn reconcile(
+    pool: &NodePool,
+    api: &Api<ValkeyNode>,
+    recorder: &Recorder,
+    desired: &[ValkeyNode],
+    observed: &[ValkeyNode],
+    members: &[Member],
+    now: &Time,
+) -> Summary {
+    let mut summary = Summary::default();
+    for node in observed {
+        let Some(want) = desired.iter().find(|d| d.name_any() == node.name_any()) else {
+            continue;
+        };
+        let mut node = node.clone();
+        node.spec.config.live = want.spec.config.live.clone();
+        node.spec.acl_hash = want.spec.acl_hash.clone();
+        let addr = members
+            .iter()
+            .find(|m| {
+                m.shard == node.spec.shard_index
+                    && m.index == node.spec.node_index
+                    && m.view.is_some()
+            })
+            .map(|m| m.addr.as_str());
+
+        let params: Vec<(&str, &str)> = want
+            .spec
+            .config
+            .live
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let config = match addr {
+            _ if params.is_empty() => Outcome::Applied,
+            None => Outcome::Unobserved,
+            Some(a) => match config_set(pool, a, &params).await {
+                Ok(changed) => {
+                    if !changed.is_empty() {
+                        info!(node = %node.name_any(), ?changed, "live settings applied");
+                    }
+                    Outcome::Applied
+                }
+                Err(e) => Outcome::Failed(format!("CONFIG SET on {a}: {e}")),
+            },
+        };
+        let keys: Vec<&str> = params.iter().map(|(k, _)| *k).collect();
+        let applied = format!("live settings in effect: {}", keys.join(", "));
+        let conditions = updated_conditions(
+            &node,
+            LIVE_CONFIG_APPLIED,
+            !params.is_empty(),
+            &config,
+            &applied,
+            now,
+        );
+        if let Some(c) = conditions {
+            record(api, recorder, &mut node, c, &config, CONFIG_FAILED_EVENT).await;
+        }
+
+        let acl = match (addr, want.spec.acl_hash.as_deref()) {
+            (_, None) => Outcome::Unobserved,
+            (None, _) => Outcome::Unobserved,
+            (Some(a), Some(rev)) => match acl_load(pool, a, rev).await {
+                Ok(loaded) => {
+                    debug!(node = %node.name_any(), ?loaded, "ACL revision in effect");
+                    Outcome::Applied
+                }
+                Err(CommandError::NotReady(m)) => {
+                    summary.acl_pending += 1;
+                    Outcome::Pending(m)
+                }
+                Err(e) => Outcome::Failed(format!("ACL LOAD on {a}: {e}")),
+            },
+        };
+        let applied = format!(
+            "ACL revision {} in effect",
+            want.spec.acl_hash.as_deref().unwrap_or_default()
+        );
+        let wanted = want.spec.acl_hash.is_some();
+        if let Some(c) = updated_conditions(&node, ACL_APPLIED, wanted, &acl, &applied, now) {
+            record(api, recorder, &mut node, c, &acl, ACL_FAILED_EVENT).await;
+        }
+    }
+    summary
+}
+
+/// Writes the node's conditions (a merge patch of the whole list) and, for a failure, the
+/// Warning event `failed_event`. `node` keeps the written conditions for the next update.
+async fn record(
+    api: &Api<ValkeyNode>,
+    recorder: &Recorder,
+    node: &mut ValkeyNode,
+    conditions: Vec<Condition>,
+    outcome: &Outcome,
+    failed_event: &str,
+) {
+    let patch = serde_json::json!({ "status": { "conditions": conditions } });
+    if let Err(e) = api
+        .patch_status(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        debug!(node = %node.name_any(), error = %e, "could not record a live-change condition");
+        return;
+    }
+    node.status.get_or_insert_with(Default::default).conditions = conditions;
+    if let Outcome::Failed(message) = outcome {
+        warn!(node = %node.name_any(), %message, reason = failed_event, "live change not applied");
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: failed_event.to_owned(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "ApplyLive".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&ev, &node.object_ref(&())).await {
+            warn!(node = %node.name_any(), error = %e, "publishing event failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn node(live: &[(&str, &str)], conditions: Vec<Condition>) -> ValkeyNode {
+        let mut n: ValkeyNode = serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyNode",
+            "metadata": {"name": "c-0-0", "generation": 3},
+            "spec": {"clusterName": "c", "shardIndex": 0, "nodeIndex": 0,
+                     "image": "valkey/valkey:9.0.0", "terminationGracePeriodSeconds": 30},
+        }))
+        .expect("valkeynode");
+        if !live.is_empty() {
+            n.spec.config.live = Some(
+                live.iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            );
+        }
+        n.status = Some(valkey_api::ValkeyNodeStatus {
+            conditions,
+            ..Default::default()
+        });
+        n
+    }
+
+    /// `LiveConfigApplied` as the reconcile pass computes it.
+    fn live(n: &ValkeyNode, outcome: &Outcome, now: &Time) -> Option<Vec<Condition>> {
+        let wanted = n.spec.config.live.as_ref().is_some_and(|l| !l.is_empty());
+        updated_conditions(n, LIVE_CONFIG_APPLIED, wanted, outcome, "applied", now)
+    }
+
+    fn at(s: i64) -> Time {
+        Time(Timestamp::from_second(s).expect("time"))
+    }
+
+    #[test]
+    fn applied_once_then_no_writes() {
+        let n = node(&[("maxmemory", "64mb")], vec![]);
+        let c = live(&n, &Outcome::Applied, &at(10)).expect("set");
+        let cond = c
+            .iter()
+            .find(|c| c.type_ == LIVE_CONFIG_APPLIED)
+            .expect("condition");
+        assert_eq!(
+            (cond.status.as_str(), cond.reason.as_str()),
+            ("True", APPLIED)
+        );
+        assert_eq!(cond.observed_generation, Some(3));
+        let mut n = node(&[("maxmemory", "64mb")], c);
+        assert_eq!(live(&n, &Outcome::Applied, &at(20)), None);
+        assert_eq!(live(&n, &Outcome::Unobserved, &at(20)), None);
+        // A new generation of the node is acknowledged once, keeping the transition time.
+        n.metadata.generation = Some(4);
+        let c = live(&n, &Outcome::Applied, &at(30)).expect("set");
+        assert_eq!(c[0].observed_generation, Some(4));
+        assert_eq!(c[0].last_transition_time, at(10));
+    }
+
+    #[test]
+    fn failure_is_recorded_and_other_conditions_kept() {
+        let ready = Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: "PodRunning".into(),
+            message: String::new(),
+            last_transition_time: at(1),
+            observed_generation: Some(3),
+        };
+        let n = node(&[("maxclients", "10")], vec![ready.clone()]);
+        let c = live(&n, &Outcome::Failed("refused".into()), &at(10)).expect("set");
+        assert_eq!(c[0], ready);
+        assert_eq!(
+            (c[1].status.as_str(), c[1].reason.as_str()),
+            ("False", APPLY_FAILED)
+        );
+        assert_eq!(c[1].last_transition_time, at(10));
+    }
+
+    #[test]
+    fn condition_removed_when_no_live_setting_is_left() {
+        let n = node(&[("maxmemory", "64mb")], vec![]);
+        let c = live(&n, &Outcome::Applied, &at(10)).expect("set");
+        let n = node(&[], c);
+        assert_eq!(live(&n, &Outcome::Applied, &at(20)), Some(vec![]));
+        let n = node(&[], vec![]);
+        assert_eq!(live(&n, &Outcome::Applied, &at(20)), None);
+    }
+
+    #[test]
+    fn acl_pending_until_the_file_has_the_revision() {
+        let n = node(&[], vec![]);
+        let pending = Outcome::Pending("file has revision a, expected b".into());
+        let c = updated_conditions(&n, ACL_APPLIED, true, &pending, "rev b", &at(10)).expect("set");
+        assert_eq!(
+            (c[0].status.as_str(), c[0].reason.as_str()),
+            ("False", PENDING_PROPAGATION)
+        );
+        let n = node(&[], c);
+        let c = updated_conditions(&n, ACL_APPLIED, true, &Outcome::Applied, "rev b", &at(20))
+            .expect("set");
+        assert_eq!(
+            (c[0].status.as_str(), c[0].reason.as_str()),
+            ("True", APPLIED)
+        );
+        assert_eq!(c[0].last_transition_time, at(20));
+    }
+}
