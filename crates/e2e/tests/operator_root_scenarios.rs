@@ -13,7 +13,9 @@
 //!    reach every server without restarting a pod; every ValkeyNode reports
 //!    `LiveConfigApplied=True`. A user added to `spec.users` can log in on every pod (ACL LOAD
 //!    after the mounted file is refreshed), `ACLApplied=True`, still without a restart.
-//! 5. Deleting the ValkeyCluster garbage-collects its ValkeyNodes, workloads, Service,
+//! 5. A pod-template change rolls every pod one at a time (replicas first, primaries after a
+//!    coordinated failover) while a client keeps writing: every acknowledged write survives.
+//! 6. Deleting the ValkeyCluster garbage-collects its ValkeyNodes, workloads, Service,
 //!    ConfigMap, Secrets and PodDisruptionBudget within 60 s.
 
 mod support;
@@ -249,6 +251,120 @@ async fn live_changes_applied_without_restart(client: &Client, name: &str) -> an
     Ok(())
 }
 
+/// Writes `w:<i>` keys until `stop`, each confirmed with `WAIT 1`; returns the acknowledged
+/// indexes and the longest time between two acknowledged writes.
+async fn keep_writing(
+    client: Client,
+    name: String,
+    pw: String,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<(Vec<usize>, Duration)> {
+    let mut acked = Vec::new();
+    let mut last_ok = Instant::now();
+    let mut max_gap = Duration::ZERO;
+    let mut conn = None;
+    let mut i = 0usize;
+    while !*stop.borrow() {
+        if conn.is_none() {
+            conn = cluster_client(&client, &name, &pw).await.ok();
+        }
+        let Some(c) = conn.as_mut() else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let key = format!("w:{i}");
+        let r: redis::RedisResult<i64> = async {
+            let _: () = redis::cmd("SET").arg(&key).arg(i).query_async(c).await?;
+            redis::cmd("WAIT").arg(1).arg(500).query_async(c).await
+        }
+        .await;
+        match r {
+            Ok(n) if n >= 1 => {
+                acked.push(i);
+                max_gap = max_gap.max(last_ok.elapsed());
+                last_ok = Instant::now();
+            }
+            Ok(_) => {}
+            Err(_) => {
+                conn = None;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok((acked, max_gap))
+}
+
+async fn rolling_update_keeps_acknowledged_writes(
+    client: &Client,
+    name: &str,
+    pw: &str,
+) -> anyhow::Result<()> {
+    let before = pod_identities(client, name).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let writer = tokio::spawn(keep_writing(
+        client.clone(),
+        name.to_owned(),
+        pw.to_owned(),
+        stop_rx,
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    let patch = serde_json::json!({"spec": {"resources": {"requests": {"cpu": "10m"}}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    // Every pod replaced (one at a time), then Ready with the full topology.
+    let took = wait_settled("rolling update", Duration::from_secs(400), || async {
+        let now = pod_identities(client, name).await?;
+        let mut pending: Vec<String> = now
+            .iter()
+            .filter(|(_, (uid, _))| before.values().any(|(u, _)| u == uid))
+            .map(|(pod, _)| format!("{pod} not replaced"))
+            .collect();
+        let status = api.get(name).await?.status.unwrap_or_default();
+        if status.state != valkey_api::status::ClusterState::Ready {
+            pending.push(format!("{:?} {:?}", status.state, status.message));
+        }
+        Ok(pending)
+    })
+    .await?;
+    check_topology_as(
+        client,
+        name,
+        2,
+        2,
+        "_operator",
+        &system_operator_password(client, name).await?,
+    )
+    .await?;
+    let _ = stop_tx.send(true);
+    let (acked, max_gap) = writer.await??;
+    eprintln!(
+        "MEASURE rolling update of 6 pods (2x2): {:.1}s; {} writes acknowledged meanwhile, longest gap between acknowledged writes {:.1}s",
+        took.as_secs_f64(),
+        acked.len(),
+        max_gap.as_secs_f64()
+    );
+    ensure!(
+        !acked.is_empty(),
+        "no write was acknowledged during the roll"
+    );
+    let mut conn = cluster_client(client, name, pw).await?;
+    for i in &acked {
+        let v: Option<usize> = redis::cmd("GET")
+            .arg(format!("w:{i}"))
+            .query_async(&mut conn)
+            .await?;
+        ensure!(
+            v == Some(*i),
+            "write w:{i} acknowledged during the roll is lost: {v:?}"
+        );
+    }
+    check_acked(&mut conn, 2_000, "a", "the rolling update").await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
     if !is_root() {
@@ -365,7 +481,12 @@ async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
     //    LiveConfigApplied=True.
     live_changes_applied_without_restart(&client, name).await?;
 
-    // 5. Delete the ValkeyCluster: everything it owns is garbage-collected.
+    // 5. Rolling update: a pod-template change (resources) replaces every pod one at a time,
+    //    replicas first, primaries after a coordinated failover, while a client keeps writing;
+    //    every write acknowledged by a replica survives.
+    rolling_update_keeps_acknowledged_writes(&client, name, pw).await?;
+
+    // 6. Delete the ValkeyCluster: everything it owns is garbage-collected.
     ensure!(objects_left(&client, name).await?.len() >= 6 + 6 + 5);
     let deleted = Instant::now();
     Api::<ValkeyCluster>::namespaced(client.clone(), NS)

@@ -284,3 +284,42 @@ pub async fn execute(pool: &NodePool, step: &Step) -> Outcome {
     }
     out
 }
+
+/// Hands the slots of a primary about to be rolled to its replica with a coordinated
+/// `CLUSTER FAILOVER` (the primary stops writes until the replica has caught up, so no
+/// acknowledged write is lost).
+pub async fn roll_failover(pool: &NodePool, replica: &str, shard: i32, primary: &str) -> Outcome {
+    let mut out = Outcome::default();
+    out.events.push(EventSpec::normal(
+        "FailoverInitiated",
+        "Failover",
+        format!("shard {shard}: handing over to {replica} before rolling {primary}"),
+    ));
+    match commands::failover(pool, replica, FailoverMode::Default, FAILOVER_TIMEOUT).await {
+        Ok(promoted) => {
+            out.acted = promoted;
+            info!(
+                replica,
+                shard, primary, "coordinated failover before a roll done"
+            );
+        }
+        Err(e) => {
+            warn!(replica, shard, error = %e, "coordinated failover before a roll failed");
+            let reason = if matches!(e, CommandError::Timeout { .. }) {
+                "FailoverTimeout"
+            } else {
+                "FailoverFailed"
+            };
+            out.events.push(EventSpec::warning(
+                reason,
+                "Failover",
+                format!("shard {shard}: handing over to {replica} before rolling {primary}: {e}"),
+            ));
+        }
+    }
+    out.progress = Some((
+        reason::UPDATING_NODES,
+        format!("shard {shard}: handing over to {replica} before rolling {primary}"),
+    ));
+    out
+}

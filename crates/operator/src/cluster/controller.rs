@@ -22,6 +22,7 @@ use valkey_ops::client::{ClientConfig, NodePool};
 
 use super::apply::{self, Applied};
 use super::observe;
+use super::roll::{self, RollStep};
 use super::topology::{self, Desired};
 use super::{act, desired, live, operation};
 use crate::metrics::Metrics;
@@ -311,7 +312,49 @@ async fn reconcile_inner(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Er
         shards: spec.shards.max(0),
         replicas: spec.replicas.max(0),
     };
-    let want = desired::valkey_nodes(vc, acl_file.as_ref(), owner.clone());
+    // The topology step of this pass, and when there is none, the next rolling-update step.
+    let in_layout: Vec<_> = members
+        .iter()
+        .filter(|m| m.shard < desired_layout.shards && m.index <= desired_layout.replicas)
+        .cloned()
+        .collect();
+    let pod_ips = observe::pod_ips(&observed_pods);
+    let step = topology::next_step(desired_layout, &in_layout, Some(&pod_ips));
+    let layout_nodes: Vec<ValkeyNode> = observed_nodes
+        .iter()
+        .filter(|n| {
+            n.spec.shard_index < desired_layout.shards
+                && n.spec.node_index <= desired_layout.replicas
+        })
+        .cloned()
+        .collect();
+    let roll_step = if step.is_none() {
+        let (t, _) = topology::analyze(desired_layout, &in_layout);
+        let healthy = t.cluster_ok
+            && t.missing_shards == 0
+            && t.missing_replicas == 0
+            && t.unjoined_nodes == 0;
+        roll::next_roll(&layout_nodes, &in_layout, healthy)
+    } else {
+        None
+    };
+    if let Some(p) = roll::progress(&layout_nodes) {
+        progress = Some((reason::UPDATING_NODES, p));
+    }
+    let authorize = match &roll_step {
+        Some(RollStep::Authorize { node }) => {
+            info!(cluster = %key, node = %node, "authorizing the roll of a node");
+            Some(node.as_str())
+        }
+        _ => None,
+    };
+    let want = desired::valkey_nodes(
+        vc,
+        acl_file.as_ref(),
+        owner.clone(),
+        &observed_nodes,
+        authorize,
+    );
     let (mut created, mut updated) = (0, 0);
     for vn in &want {
         let observed = observed_nodes
@@ -379,16 +422,20 @@ async fn reconcile_inner(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Er
         }
     }
 
-    // One topology step.
-    let in_layout: Vec<_> = members
-        .iter()
-        .filter(|m| m.shard < desired_layout.shards && m.index <= desired_layout.replicas)
-        .cloned()
-        .collect();
+    // One topology step, or the failover that hands a primary's slots over before its roll.
     let mut step_failure = None;
-    let mut acted = false;
-    let pod_ips = observe::pod_ips(&observed_pods);
-    let step = topology::next_step(desired_layout, &in_layout, Some(&pod_ips));
+    let mut acted = authorize.is_some();
+    if let Some(RollStep::Failover {
+        replica,
+        shard,
+        primary,
+    }) = &roll_step
+    {
+        let out = act::roll_failover(&pool, replica, *shard, primary).await;
+        acted |= out.acted;
+        events.extend(out.events);
+        step_failure = out.failure;
+    }
     if let Some(step) = &step {
         debug!(cluster = %key, step = ?step, "topology step");
         let out = act::execute(&pool, step).await;

@@ -7,6 +7,7 @@ pub mod desired;
 pub mod live;
 pub mod observe;
 pub mod operation;
+pub mod roll;
 pub mod topology;
 
 pub use controller::{CONTROLLER, Context, reconcile, run};

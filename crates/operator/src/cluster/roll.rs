@@ -1,0 +1,288 @@
+//! Rolling updates (pure): which ValkeyNode's pending pod-template change to authorize next.
+//!
+//! The ValkeyNode controller holds back a pod-template change (`WorkloadRollPending`) until
+//! `spec.workloadRevision` changes. This planner authorizes one node at a time, only while
+//! the cluster is otherwise healthy and no authorized roll is still in flight: replicas first;
+//! a primary is first demoted by a coordinated `CLUSTER FAILOVER` on its most caught-up synced
+//! replica (no acknowledged write is lost), then rolled as a replica. A pending node whose pod
+//! is not ready or not reachable serves nothing and is rolled at once (its new template may be
+//! the fix).
+
+use kube::ResourceExt;
+use valkey_api::ValkeyNode;
+
+use super::topology::Member;
+
+/// Condition type set by the ValkeyNode controller on a deferred template change.
+pub const ROLL_PENDING: &str = "WorkloadRollPending";
+
+/// The first workload revision of a node.
+pub const FIRST_REVISION: &str = "1";
+
+/// The next step of a rolling update.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RollStep {
+    /// Bump the node's `spec.workloadRevision`: its pod is replaced with the new template.
+    Authorize {
+        /// ValkeyNode name.
+        node: String,
+    },
+    /// Demote a pending primary first: coordinated `CLUSTER FAILOVER` on this replica.
+    Failover {
+        /// Address of the replica to promote.
+        replica: String,
+        /// Shard index.
+        shard: i32,
+        /// ValkeyNode name of the primary to be rolled afterwards.
+        primary: String,
+    },
+}
+
+fn pending(node: &ValkeyNode) -> bool {
+    node.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == ROLL_PENDING && c.status == "True")
+    })
+}
+
+/// An authorized revision not yet on the workload, or a node that is not ready (its workload
+/// still rolling out, its pod not back) and not itself waiting for a roll.
+fn in_flight(node: &ValkeyNode) -> bool {
+    let status = node.status.as_ref();
+    let applied = status.and_then(|s| s.applied_workload_revision.as_deref());
+    let ready = status.is_some_and(|s| s.ready);
+    (node.spec.workload_revision.is_some() && node.spec.workload_revision.as_deref() != applied)
+        || (!ready && !pending(node))
+}
+
+fn member_of<'a>(node: &ValkeyNode, members: &'a [Member]) -> Option<&'a Member> {
+    members
+        .iter()
+        .find(|m| m.shard == node.spec.shard_index && m.index == node.spec.node_index)
+}
+
+/// The next roll step. `healthy`: the topology needs no step and every shard has its primary
+/// and synced replicas.
+pub fn next_roll(nodes: &[ValkeyNode], members: &[Member], healthy: bool) -> Option<RollStep> {
+    if nodes.iter().any(in_flight) {
+        return None;
+    }
+    let mut waiting: Vec<&ValkeyNode> = nodes.iter().filter(|n| pending(n)).collect();
+    waiting.sort_by_key(|n| (n.spec.shard_index, n.spec.node_index));
+    let authorize = |n: &ValkeyNode| RollStep::Authorize { node: n.name_any() };
+
+    // Not serving anyway: roll it now.
+    if let Some(n) = waiting.iter().find(|n| {
+        let ready = n.status.as_ref().is_some_and(|s| s.ready);
+        !ready || member_of(n, members).is_none_or(|m| m.view.is_none())
+    }) {
+        return Some(authorize(n));
+    }
+    if !healthy {
+        return None;
+    }
+    let me = |n: &ValkeyNode| {
+        member_of(n, members)?
+            .view
+            .as_ref()?
+            .nodes
+            .myself()
+            .cloned()
+    };
+    if let Some(n) = waiting
+        .iter()
+        .find(|n| me(n).is_some_and(|m| m.is_replica()))
+    {
+        return Some(authorize(n));
+    }
+    let n = waiting.first()?;
+    let primary = me(n)?;
+    let replica = members
+        .iter()
+        .filter(|m| m.shard == n.spec.shard_index)
+        .filter_map(|m| {
+            let v = m.view.as_ref()?;
+            let r = v.nodes.myself()?;
+            (r.is_replica()
+                && r.primary_id.as_deref() == Some(primary.id.as_str())
+                && v.primary_link_up)
+                .then_some((v.repl_offset, -m.index, m))
+        })
+        .max_by_key(|(offset, index, _)| (*offset, *index));
+    Some(match replica {
+        Some((_, _, r)) => RollStep::Failover {
+            replica: r.addr.clone(),
+            shard: n.spec.shard_index,
+            primary: n.name_any(),
+        },
+        // A shard without replicas cannot hand over; its pod is replaced in place.
+        None => authorize(n),
+    })
+}
+
+/// The Progressing message while a rolling update is under way (nodes pending or in flight).
+pub fn progress(nodes: &[ValkeyNode]) -> Option<String> {
+    let waiting = nodes.iter().filter(|n| pending(n)).count();
+    let rolling: Vec<String> = nodes
+        .iter()
+        .filter(|n| in_flight(n))
+        .map(ResourceExt::name_any)
+        .collect();
+    if waiting == 0 && rolling.is_empty() {
+        return None;
+    }
+    Some(if rolling.is_empty() {
+        format!("rolling update: {waiting} nodes waiting for their turn")
+    } else {
+        format!(
+            "rolling update: replacing {} ({waiting} more waiting)",
+            rolling.join(", ")
+        )
+    })
+}
+
+/// The revision after `current` (`"1"` → `"2"`; anything unparsable restarts at `"1"` + 1).
+pub fn bump(current: Option<&str>) -> String {
+    let n: u64 = current.and_then(|c| c.parse().ok()).unwrap_or(1);
+    (n + 1).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::topology::NodeView;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use k8s_openapi::jiff::Timestamp;
+    use valkey_ops::model::ClusterNodes;
+
+    fn vnode(shard: i32, index: i32, pending_roll: bool, ready: bool) -> ValkeyNode {
+        let mut n: ValkeyNode = serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyNode",
+            "metadata": {"name": format!("c-{shard}-{index}")},
+            "spec": {"clusterName": "c", "shardIndex": shard, "nodeIndex": index,
+                     "image": "valkey/valkey:9.0.0", "terminationGracePeriodSeconds": 30,
+                     "workloadRevision": "1"},
+        }))
+        .expect("valkeynode");
+        let mut conditions = Vec::new();
+        if pending_roll {
+            conditions.push(Condition {
+                type_: ROLL_PENDING.into(),
+                status: "True".into(),
+                reason: "AwaitingWorkloadRevision".into(),
+                message: String::new(),
+                last_transition_time: Time(Timestamp::UNIX_EPOCH),
+                observed_generation: None,
+            });
+        }
+        n.status = Some(valkey_api::ValkeyNodeStatus {
+            ready,
+            applied_workload_revision: Some("1".into()),
+            conditions,
+            ..Default::default()
+        });
+        n
+    }
+
+    /// Shard 0: node `a0` primary of `a1` (index 1); shard 1: `a2` primary, `a3` replica.
+    fn members() -> Vec<Member> {
+        let nodes = "a0 10.0.0.1:6379@16379 master - 0 0 1 connected 0-8191\n\
+                     a1 10.0.0.2:6379@16379 slave a0 0 0 1 connected\n\
+                     a2 10.0.0.3:6379@16379 master - 0 0 2 connected 8192-16383\n\
+                     a3 10.0.0.4:6379@16379 slave a2 0 0 2 connected\n";
+        let at = |shard: i32, index: i32, me: &str, ip: &str| {
+            let text = nodes.replace(
+                &format!("{me} {ip}:6379@16379 "),
+                &format!("{me} {ip}:6379@16379 myself,"),
+            );
+            Member {
+                shard,
+                index,
+                pod: format!("pod-{shard}-{index}"),
+                addr: format!("{ip}:6379"),
+                refused: false,
+                view: Some(NodeView {
+                    nodes: ClusterNodes::parse(&text).expect("nodes"),
+                    cluster_ok: true,
+                    primary_link_up: index == 1,
+                    repl_offset: 100,
+                    link_down_since: None,
+                }),
+            }
+        };
+        vec![
+            at(0, 0, "a0", "10.0.0.1"),
+            at(0, 1, "a1", "10.0.0.2"),
+            at(1, 0, "a2", "10.0.0.3"),
+            at(1, 1, "a3", "10.0.0.4"),
+        ]
+    }
+
+    fn all_pending() -> Vec<ValkeyNode> {
+        vec![
+            vnode(0, 0, true, true),
+            vnode(0, 1, true, true),
+            vnode(1, 0, true, true),
+            vnode(1, 1, true, true),
+        ]
+    }
+
+    #[test]
+    fn replicas_roll_first_one_at_a_time() {
+        let nodes = all_pending();
+        let m = members();
+        assert_eq!(
+            next_roll(&nodes, &m, true),
+            Some(RollStep::Authorize {
+                node: "c-0-1".into()
+            })
+        );
+        // Unhealthy cluster: wait.
+        assert_eq!(next_roll(&nodes, &m, false), None);
+        // A roll in flight (authorized, not applied yet): wait.
+        let mut busy = all_pending();
+        busy[1].spec.workload_revision = Some("2".into());
+        assert_eq!(next_roll(&busy, &m, true), None);
+    }
+
+    #[test]
+    fn primary_is_failed_over_before_its_roll() {
+        let nodes = vec![vnode(0, 0, true, true), vnode(0, 1, false, true)];
+        assert_eq!(
+            next_roll(&nodes, &members(), true),
+            Some(RollStep::Failover {
+                replica: "10.0.0.2:6379".into(),
+                shard: 0,
+                primary: "c-0-0".into(),
+            })
+        );
+    }
+
+    #[test]
+    fn a_node_still_coming_back_blocks_the_next_roll() {
+        let mut nodes = all_pending();
+        nodes[1] = vnode(0, 1, false, false);
+        assert_eq!(next_roll(&nodes, &members(), true), None);
+        assert!(progress(&nodes).is_some_and(|p| p.contains("c-0-1")));
+    }
+
+    #[test]
+    fn a_pending_node_that_serves_nothing_rolls_at_once() {
+        let nodes = vec![vnode(0, 0, true, true), vnode(1, 0, true, false)];
+        assert_eq!(
+            next_roll(&nodes, &members(), false),
+            Some(RollStep::Authorize {
+                node: "c-1-0".into()
+            })
+        );
+    }
+
+    #[test]
+    fn nothing_pending_nothing_to_do() {
+        let nodes = vec![vnode(0, 0, false, true), vnode(0, 1, false, true)];
+        assert_eq!(next_roll(&nodes, &members(), true), None);
+        assert_eq!(bump(Some("1")), "2");
+        assert_eq!(bump(None), "2");
+    }
+}
