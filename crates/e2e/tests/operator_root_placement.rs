@@ -20,6 +20,8 @@
 //!    every kind the operator writes in the namespace see no ADDED/MODIFIED/DELETED for 60 s
 //!    (Pods excluded: the kubelet writes their status). Positive control: a ConfigMap and an
 //!    Event the test writes 5 s before the end of the window are both seen.
+//! 6. A pod-template change on the zone-spread StatefulSet cluster rolls its three pods one at
+//!    a time; it returns to Ready and the pods are still in three zones.
 
 mod support;
 
@@ -35,7 +37,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams,
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    WatchEvent, WatchParams,
 };
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -354,6 +357,12 @@ async fn zone_spread(client: &Client, t0: Instant) -> anyhow::Result<()> {
         "MEASURE {name} (1x2, zone.spread.shard Required) apply→Ready: {:.1}s",
         t0.elapsed().as_secs_f64()
     );
+    check_zones(client, name).await
+}
+
+/// The zone shard spread of cluster `ZONE_SPREAD`: healthy topology, its three pods in three
+/// zones, each carrying the zone constraint.
+async fn check_zones(client: &Client, name: &str) -> anyhow::Result<()> {
     check_topology(client, name, 1, 2, PW).await?;
     let zones = node_zones(client).await?;
     let pods = pods_of(client, name).await?;
@@ -387,6 +396,40 @@ async fn zone_spread(client: &Client, t0: Instant) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Scenario 6: a pod-template change (resources) on the zone-spread cluster.
+async fn rolling_update_keeps_zone_spread(client: &Client) -> anyhow::Result<()> {
+    let name = ZONE_SPREAD;
+    let uid = |p: &Pod| p.metadata.uid.clone().unwrap_or_default();
+    let before: BTreeSet<String> = pods_of(client, name).await?.iter().map(uid).collect();
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    let patch = serde_json::json!({"spec": {"resources": {"requests": {"cpu": "10m"}}}});
+    let started = Instant::now();
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    loop {
+        let pods = pods_of(client, name).await?;
+        let replaced = pods.len() == 3 && pods.iter().all(|p| !before.contains(&uid(p)));
+        let ready = api
+            .get(name)
+            .await?
+            .status
+            .is_some_and(|s| s.state == ClusterState::Ready && s.ready_shards == 1);
+        if replaced && ready {
+            break;
+        }
+        ensure!(
+            started.elapsed() < Duration::from_secs(240),
+            "{name}: rolling update not done after 240 s (replaced {replaced}, ready {ready})"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!(
+        "MEASURE {name} rolling update of 3 pods (StatefulSet, 1x2): {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    check_zones(client, name).await
 }
 
 /// Scenario 4 (second half): exporter disabled, a busybox sidecar from `spec.containers`.
@@ -783,6 +826,10 @@ async fn operator_root_spread_exporter_sidecar_and_idle() -> anyhow::Result<()> 
             .collect::<Vec<_>>()
             .join("\n")
     );
+
+    // 6. A rolling update of a StatefulSet cluster (zone spread 1×2): every pod is replaced one
+    //    at a time, the cluster returns to Ready and the zone spread still holds.
+    rolling_update_keeps_zone_spread(&client).await?;
 
     let text = operator.metrics.encode();
     ensure!(text.contains("valkey_operator_reconciles_total{controller=\"valkeycluster\"}"));

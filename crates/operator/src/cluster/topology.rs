@@ -527,6 +527,16 @@ pub fn analyze(desired: Desired, members: &[Member]) -> (TopologyFacts, Vec<Shar
     )
     .unwrap_or(i32::MAX);
 
+    let live_ids: BTreeSet<&str> = live.iter().filter_map(|m| m.id()).collect();
+    facts.departed_nodes = i32::try_from(
+        seed_view
+            .nodes
+            .iter()
+            .filter(|n| !n.flags.handshake && !live_ids.contains(n.id.as_str()))
+            .count(),
+    )
+    .unwrap_or(i32::MAX);
+
     for shard in 0..desired.shards {
         let primary = shard_primary(shard, members, seed_view).filter(|p| {
             p.view

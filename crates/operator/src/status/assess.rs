@@ -70,6 +70,9 @@ pub struct TopologyFacts {
     pub cluster_ok: bool,
     /// Live pods not yet joined to the cluster (unknown to the seed node).
     pub unjoined_nodes: i32,
+    /// Nodes the cluster still knows that are no live pod's identity (a replaced pod's old
+    /// node, not forgotten yet).
+    pub departed_nodes: i32,
 }
 
 /// Everything a pass learned that decides the conditions.
@@ -140,6 +143,15 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
         Cond::no(condition::READY, formed.reason, formed.message.clone())
     } else if !slots_full {
         Cond::no(condition::READY, reason::RECONCILING, slots.message.clone())
+    } else if t.departed_nodes > 0 {
+        Cond::no(
+            condition::READY,
+            reason::RECONCILING,
+            format!(
+                "{} departed nodes are still known to the cluster (forgotten once Valkey flags them failed)",
+                t.departed_nodes
+            ),
+        )
     } else if !t.cluster_ok {
         Cond::no(
             condition::READY,
@@ -237,9 +249,21 @@ mod tests {
                 missing_replicas: 0,
                 cluster_ok: true,
                 unjoined_nodes: 0,
+                departed_nodes: 0,
             },
             ..Facts::default()
         }
+    }
+
+    #[test]
+    fn departed_node_still_known_blocks_ready() {
+        let mut f = healthy();
+        f.topology.departed_nodes = 1;
+        let c = conditions(&f);
+        let ready = c.iter().find(|c| c.type_ == condition::READY).expect("ready");
+        assert!(!ready.status);
+        assert_eq!(ready.reason, reason::RECONCILING);
+        assert!(ready.message.contains("departed"));
     }
 
     fn get<'a>(c: &'a [Cond], t: &str) -> &'a Cond {
