@@ -5,8 +5,7 @@
 //! the cluster is otherwise healthy and no authorized roll is still in flight: replicas first;
 //! a primary is first demoted by a coordinated `CLUSTER FAILOVER` on its most caught-up synced
 //! replica (no acknowledged write is lost), then rolled as a replica. A pending node whose pod
-//! is not ready or not reachable serves nothing and is rolled at once (its new template may be
-//! the fix).
+//! is not ready serves nothing and is rolled at once (its new template may be the fix).
 
 use kube::ResourceExt;
 use valkey_api::ValkeyNode;
@@ -72,11 +71,12 @@ pub fn next_roll(nodes: &[ValkeyNode], members: &[Member], healthy: bool) -> Opt
     waiting.sort_by_key(|n| (n.spec.shard_index, n.spec.node_index));
     let authorize = |n: &ValkeyNode| RollStep::Authorize { node: n.name_any() };
 
-    // Not serving anyway: roll it now.
-    if let Some(n) = waiting.iter().find(|n| {
-        let ready = n.status.as_ref().is_some_and(|s| s.ready);
-        !ready || member_of(n, members).is_none_or(|m| m.view.is_none())
-    }) {
+    // Not serving anyway (its pod is not ready): roll it now. A ready pod the operator merely
+    // could not reach this pass waits.
+    if let Some(n) = waiting
+        .iter()
+        .find(|n| !n.status.as_ref().is_some_and(|s| s.ready))
+    {
         return Some(authorize(n));
     }
     if !healthy {
@@ -276,6 +276,14 @@ mod tests {
                 node: "c-1-0".into()
             })
         );
+    }
+
+    #[test]
+    fn a_ready_primary_the_operator_cannot_reach_is_not_rolled() {
+        let nodes = vec![vnode(0, 0, true, true)];
+        let mut m = members();
+        m[0].view = None;
+        assert_eq!(next_roll(&nodes, &m, true), None);
     }
 
     #[test]
