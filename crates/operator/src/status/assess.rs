@@ -260,7 +260,10 @@ mod tests {
         let mut f = healthy();
         f.topology.departed_nodes = 1;
         let c = conditions(&f);
-        let ready = c.iter().find(|c| c.type_ == condition::READY).expect("ready");
+        let ready = c
+            .iter()
+            .find(|c| c.type_ == condition::READY)
+            .expect("ready");
         assert!(!ready.status);
         assert_eq!(ready.reason, reason::RECONCILING);
         assert!(ready.message.contains("departed"));
