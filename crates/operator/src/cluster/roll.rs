@@ -45,14 +45,21 @@ fn pending(node: &ValkeyNode) -> bool {
     })
 }
 
-/// An authorized revision not yet on the workload, or a node that is not ready (its workload
-/// still rolling out, its pod not back) and not itself waiting for a roll.
+/// A workload that exists with another revision than the authorized one (its roll was just
+/// authorized). A node whose workload was never written is being created, not rolled.
+fn rolling(node: &ValkeyNode) -> bool {
+    let applied = node
+        .status
+        .as_ref()
+        .and_then(|s| s.applied_workload_revision.as_deref());
+    applied.is_some() && node.spec.workload_revision.as_deref() != applied
+}
+
+/// A roll in flight, or a node that is not ready (its workload still rolling out, its pod not
+/// back, or not created yet) and not itself waiting for a roll: no further roll starts.
 fn in_flight(node: &ValkeyNode) -> bool {
-    let status = node.status.as_ref();
-    let applied = status.and_then(|s| s.applied_workload_revision.as_deref());
-    let ready = status.is_some_and(|s| s.ready);
-    (node.spec.workload_revision.is_some() && node.spec.workload_revision.as_deref() != applied)
-        || (!ready && !pending(node))
+    let ready = node.status.as_ref().is_some_and(|s| s.ready);
+    rolling(node) || (!ready && !pending(node))
 }
 
 fn member_of<'a>(node: &ValkeyNode, members: &'a [Member]) -> Option<&'a Member> {
@@ -126,7 +133,7 @@ pub fn progress(nodes: &[ValkeyNode]) -> Option<String> {
     let waiting = nodes.iter().filter(|n| pending(n)).count();
     let rolling: Vec<String> = nodes
         .iter()
-        .filter(|n| in_flight(n))
+        .filter(|n| rolling(n))
         .map(ResourceExt::name_any)
         .collect();
     if waiting == 0 && rolling.is_empty() {
@@ -264,7 +271,18 @@ mod tests {
         let mut nodes = all_pending();
         nodes[1] = vnode(0, 1, false, false);
         assert_eq!(next_roll(&nodes, &members(), true), None);
+        nodes[1].spec.workload_revision = Some("2".into());
         assert!(progress(&nodes).is_some_and(|p| p.contains("c-0-1")));
+    }
+
+    #[test]
+    fn new_nodes_are_not_a_rolling_update() {
+        let mut nodes = vec![vnode(0, 0, false, false), vnode(0, 1, false, false)];
+        for n in &mut nodes {
+            n.status = None;
+        }
+        assert_eq!(progress(&nodes), None);
+        assert_eq!(next_roll(&nodes, &members(), true), None);
     }
 
     #[test]
