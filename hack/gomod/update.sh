@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Regenerates one wrapper module's go.mod and go.sum for a new version (a developer
+# step, not part of the install: commit the result). The go command verifies what
+# it adds to go.sum against the checksum database here, once; installs afterwards
+# only compare downloads with the committed go.sum.
+#
+#   bash hack/gomod/update.sh kubernetes v1.37.2
+#   bash hack/gomod/update.sh etcd v3.6.7
+#   bash hack/gomod/update.sh redis-exporter v1.62.0
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+name=${1:?wrapper: kubernetes, etcd or redis-exporter}
+version=${2:?version}
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local
+cd "$HERE/$name"
+case "$name" in
+  kubernetes)
+    # k8s.io/kubernetes replaces its staging modules with local directories; the
+    # wrapper replaces each one listed in its go.mod with the published v0.x release.
+    rm -f go.sum
+    printf 'module valkey-operator-build/kubernetes\n\ngo 1.26\n' > go.mod
+    kmod=$(go mod download -json "k8s.io/kubernetes@$version" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("GoMod") or sys.exit(d.get("Error")))')
+    python3 "$HERE/kube-wrapper-gomod.py" "$kmod" "$version" "v0.${version#v1.}" > go.mod
+    printf '\ntool (\n\tk8s.io/kubernetes/cmd/kube-apiserver\n\tk8s.io/kubernetes/cmd/kube-controller-manager\n\tk8s.io/kubernetes/cmd/kube-scheduler\n\tk8s.io/kubernetes/cmd/kubectl\n)\n' >> go.mod
+    ;;
+  etcd)
+    rm -f go.sum; printf 'module valkey-operator-build/etcd\n\ngo 1.26\n' > go.mod
+    go get "go.etcd.io/etcd/server/v3@$version"
+    ;;
+  redis-exporter)
+    rm -f go.sum; printf 'module valkey-operator-build/redis-exporter\n\ngo 1.26\n' > go.mod
+    go get -tool "github.com/oliver006/redis_exporter@$version"
+    ;;
+  *) echo "unknown wrapper '$name'" >&2; exit 2 ;;
+esac
+go mod tidy
+echo "updated hack/gomod/$name (go.mod, go.sum); commit both"
