@@ -23,6 +23,3 @@ pub const KUBERNETES_GRACE_PERIOD_SECONDS: i64 = 30;
 pub const CLUSTER_MANUAL_FAILOVER_TIMEOUT_MS: i64 = 5_000;
 /// Headroom added to the failover timeout when deriving the grace period.
 pub const GRACE_PERIOD_BUFFER_SECONDS: i64 = 10;
-
-/// Number of hash slots in a Valkey cluster.
-pub const SLOT_COUNT: u16 = 16_384;

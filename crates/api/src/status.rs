@@ -20,6 +20,182 @@ pub mod condition {
     pub const CONFIGURATION_WARNING: &str = "ConfigurationWarning";
 }
 
+/// Condition reasons of a ValkeyCluster (see the status contract).
+pub mod reason {
+    /// Ready=True.
+    pub const CLUSTER_HEALTHY: &str = "ClusterHealthy";
+    /// Ready=False: the headless Service could not be applied.
+    pub const SERVICE_ERROR: &str = "ServiceError";
+    /// Ready=False: the ConfigMap could not be applied.
+    pub const CONFIG_MAP_ERROR: &str = "ConfigMapError";
+    /// Ready=False: the users ACL Secret could not be built or applied.
+    pub const USERS_ACL_ERROR: &str = "UsersACLError";
+    /// Ready=False: the system users Secret could not be built or applied.
+    pub const SYSTEM_USERS_ACL_ERROR: &str = "SystemUsersACLError";
+    /// Ready=False: a ValkeyNode could not be applied.
+    pub const VALKEY_NODE_ERROR: &str = "ValkeyNodeError";
+    /// Ready=False: the PodDisruptionBudget could not be applied.
+    pub const PDB_ERROR: &str = "PodDisruptionBudgetError";
+    /// Ready=False / Progressing=True: generic work in progress.
+    pub const RECONCILING: &str = "Reconciling";
+    /// Ready=False / Progressing=True: nodes are being rolled.
+    pub const UPDATING_NODES: &str = "UpdatingNodes";
+    /// Ready=False / ClusterFormed=False: a shard has no live primary owning slots.
+    pub const MISSING_SHARDS: &str = "MissingShards";
+    /// Ready=False / ClusterFormed=False: a shard lacks synced replicas.
+    pub const MISSING_REPLICAS: &str = "MissingReplicas";
+    /// Ready=False / Degraded=True: a pod cannot be scheduled.
+    pub const POD_UNSCHEDULABLE: &str = "PodUnschedulable";
+    /// Progressing=True before the cluster first formed.
+    pub const INITIALIZING: &str = "Initializing";
+    /// Progressing=True: nodes are being met / attached.
+    pub const ADDING_NODES: &str = "AddingNodes";
+    /// Progressing=True: slots are moving.
+    pub const REBALANCING_SLOTS: &str = "RebalancingSlots";
+    /// Progressing=False.
+    pub const RECONCILE_COMPLETE: &str = "ReconcileComplete";
+    /// Degraded=True: joining a node failed.
+    pub const NODE_ADD_FAILED: &str = "NodeAddFailed";
+    /// Degraded=True: moving slots failed.
+    pub const REBALANCE_FAILED: &str = "RebalanceFailed";
+    /// ClusterFormed=True.
+    pub const TOPOLOGY_COMPLETE: &str = "TopologyComplete";
+    /// SlotsAssigned=True.
+    pub const ALL_SLOTS_ASSIGNED: &str = "AllSlotsAssigned";
+    /// SlotsAssigned=False.
+    pub const SLOTS_UNASSIGNED: &str = "SlotsUnassigned";
+    /// ConfigurationWarning=True.
+    pub const GRACE_PERIOD_TOO_SHORT: &str = "GracePeriodTooShort";
+}
+
+/// Event reasons (see the status contract): on the ValkeyCluster unless noted.
+pub mod event {
+    /// The headless Service was created.
+    pub const SERVICE_CREATED: &str = "ServiceCreated";
+    /// The headless Service was updated.
+    pub const SERVICE_UPDATED: &str = "ServiceUpdated";
+    /// Applying the headless Service failed (Warning).
+    pub const SERVICE_UPDATE_FAILED: &str = "ServiceUpdateFailed";
+    /// The ConfigMap was created.
+    pub const CONFIG_MAP_CREATED: &str = "ConfigMapCreated";
+    /// The ConfigMap was updated.
+    pub const CONFIG_MAP_UPDATED: &str = "ConfigMapUpdated";
+    /// Applying the ConfigMap failed (Warning).
+    pub const CONFIG_MAP_UPDATE_FAILED: &str = "ConfigMapUpdateFailed";
+    /// The system users Secret was created.
+    pub const INTERNAL_SECRETS_CREATED: &str = "InternalSecretsCreated";
+    /// The system users Secret was updated.
+    pub const INTERNAL_SECRETS_UPDATED: &str = "InternalSecretsUpdated";
+    /// The PodDisruptionBudget was created.
+    pub const PDB_CREATED: &str = "PodDisruptionBudgetCreated";
+    /// The PodDisruptionBudget was updated.
+    pub const PDB_UPDATED: &str = "PodDisruptionBudgetUpdated";
+    /// The PodDisruptionBudget was deleted (mode Disabled).
+    pub const PDB_DELETED: &str = "PodDisruptionBudgetDeleted";
+    /// ValkeyNodes were created.
+    pub const VALKEY_NODE_CREATED: &str = "ValkeyNodeCreated";
+    /// ValkeyNodes were updated.
+    pub const VALKEY_NODE_UPDATED: &str = "ValkeyNodeUpdated";
+    /// A ValkeyNode was deleted.
+    pub const VALKEY_NODE_DELETED: &str = "ValkeyNodeDeleted";
+    /// Nodes were introduced to the cluster.
+    pub const CLUSTER_MEET_BATCH: &str = "ClusterMeetBatch";
+    /// Introducing a node failed (Warning).
+    pub const CLUSTER_MEET_FAILED: &str = "ClusterMeetFailed";
+    /// Slots were assigned to one primary.
+    pub const PRIMARY_CREATED: &str = "PrimaryCreated";
+    /// Slots were assigned to several primaries.
+    pub const PRIMARIES_CREATED: &str = "PrimariesCreated";
+    /// Assigning slots failed (Warning).
+    pub const SLOT_ASSIGNMENT_FAILED: &str = "SlotAssignmentFailed";
+    /// One replica was attached.
+    pub const REPLICA_CREATED: &str = "ReplicaCreated";
+    /// Several replicas were attached.
+    pub const REPLICAS_ATTACHED: &str = "ReplicasAttached";
+    /// Attaching a replica failed (Warning).
+    pub const REPLICA_CREATION_FAILED: &str = "ReplicaCreationFailed";
+    /// Peers known under an old address were met again.
+    pub const STALE_ADDRESSES_HEALED: &str = "StaleAddressesHealed";
+    /// A departed node was forgotten.
+    pub const STALE_NODE_FORGOTTEN: &str = "StaleNodeForgotten";
+    /// Forgetting a node failed (Warning).
+    pub const NODE_FORGET_FAILED: &str = "NodeForgetFailed";
+    /// Slots moved to balance the shards.
+    pub const SLOTS_REBALANCING: &str = "SlotsRebalancing";
+    /// Moving slots failed (Warning).
+    pub const SLOT_REBALANCE_FAILED: &str = "SlotRebalanceFailed";
+    /// Slots moved off shards being removed.
+    pub const SLOTS_DRAINING: &str = "SlotsDraining";
+    /// Draining a shard failed or cannot start (Warning).
+    pub const DRAIN_FAILED: &str = "DrainFailed";
+    /// A failover was started.
+    pub const FAILOVER_INITIATED: &str = "FailoverInitiated";
+    /// A shard's primary moved to another pod.
+    pub const FAILOVER_COMPLETED: &str = "FailoverCompleted";
+    /// A failover command failed (Warning).
+    pub const FAILOVER_FAILED: &str = "FailoverFailed";
+    /// A promoted replica did not report itself primary in time (Warning).
+    pub const FAILOVER_TIMEOUT: &str = "FailoverTimeout";
+    /// The cluster became Ready.
+    pub const CLUSTER_READY: &str = "ClusterReady";
+    /// A pod cannot be scheduled (Warning).
+    pub const POD_UNSCHEDULABLE: &str = "PodUnschedulable";
+    /// The explicit grace period is below the recommended minimum (Warning).
+    pub const GRACE_PERIOD_TOO_SHORT: &str = "GracePeriodTooShort";
+    /// On a ValkeyNode: a pod template change was written to its workload.
+    pub const WORKLOAD_ROLL_APPLIED: &str = "WorkloadRollApplied";
+    /// On a ValkeyNode: a pod template change waits for the cluster controller.
+    pub const WORKLOAD_ROLL_DEFERRED: &str = "WorkloadRollDeferred";
+    /// On a ValkeyNode: applying live settings failed (Warning).
+    pub const LIVE_CONFIG_APPLY_FAILED: &str = "LiveConfigApplyFailed";
+    /// On a ValkeyNode: loading the ACL failed (Warning).
+    pub const LIVE_ACL_APPLY_FAILED: &str = "LiveACLApplyFailed";
+}
+
+/// Condition types of a ValkeyNode (see the status contract).
+pub mod node_condition {
+    /// Pod ready and workload rolled out.
+    pub const READY: &str = "Ready";
+    /// The claim is bound.
+    pub const PVC_READY: &str = "PersistentVolumeClaimReady";
+    /// The claim has the requested size.
+    pub const PVC_SIZE_READY: &str = "PersistentVolumeClaimSizeReady";
+    /// A template change waits for the cluster controller's authorization.
+    pub const WORKLOAD_ROLL_PENDING: &str = "WorkloadRollPending";
+    /// Live settings are in effect on the pod.
+    pub const LIVE_CONFIG_APPLIED: &str = "LiveConfigApplied";
+    /// The ACL revision is loaded on the pod.
+    pub const ACL_APPLIED: &str = "ACLApplied";
+}
+
+/// Condition reasons of a ValkeyNode (see the status contract).
+pub mod node_reason {
+    /// Ready=True.
+    pub const POD_RUNNING: &str = "PodRunning";
+    /// Ready=False: pod missing, not ready or workload not rolled out.
+    pub const POD_NOT_READY: &str = "PodNotReady";
+    /// Ready=False / PersistentVolumeClaimReady=False: claim not bound.
+    pub const PVC_PENDING: &str = "PersistentVolumeClaimPending";
+    /// PersistentVolumeClaimReady=True.
+    pub const PVC_BOUND: &str = "PersistentVolumeClaimBound";
+    /// Size satisfied.
+    pub const PVC_SIZE_SATISFIED: &str = "PersistentVolumeClaimSizeSatisfied";
+    /// Resize requested, not started.
+    pub const PVC_RESIZE_PENDING: &str = "PersistentVolumeClaimResizePending";
+    /// Resize running.
+    pub const PVC_RESIZE_IN_PROGRESS: &str = "PersistentVolumeClaimResizeInProgress";
+    /// Resize impossible.
+    pub const PVC_RESIZE_INFEASIBLE: &str = "PersistentVolumeClaimResizeInfeasible";
+    /// WorkloadRollPending=True.
+    pub const AWAITING_WORKLOAD_REVISION: &str = "AwaitingWorkloadRevision";
+    /// LiveConfigApplied / ACLApplied = True: the desired state is in effect.
+    pub const APPLIED: &str = "Applied";
+    /// LiveConfigApplied / ACLApplied = False: the command was refused or failed.
+    pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// ACLApplied=False: the pod's mounted ACL file is not the new revision yet.
+    pub const PENDING_PROPAGATION: &str = "PendingPropagation";
+}
+
 /// Summary state of a ValkeyCluster.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ClusterState {
@@ -70,6 +246,19 @@ pub struct OperationStatus {
     /// What is being done (for example source, targets and slot ranges).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// Slot balance (rebalance or drain): slots that change owner in the whole operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots_total: Option<i32>,
+    /// Slot balance: slots moved so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots_moved: Option<i32>,
+    /// Slot balance: keys moved so far (counted by key-by-key migration on Valkey 8; atomic
+    /// slot migration on Valkey 9 moves whole slots and does not count keys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys_moved: Option<i64>,
+    /// Slot balance: estimated seconds until done, from the rate so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_seconds: Option<i64>,
 }
 
 /// Standard Kubernetes conditions, a list keyed by `type`.

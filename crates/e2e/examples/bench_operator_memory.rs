@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use kube::api::Api;
-use support::{NS, create_cluster, create_user_secret, install_crds};
+use support::{Fixture, NS, create_cluster, create_user_secret};
 use valkey_api::ValkeyCluster;
 use valkey_api::status::ClusterState;
 
@@ -74,10 +74,11 @@ fn report(what: &str, child: &Child) -> anyhow::Result<()> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let a = args()?;
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let env = localkube::Env::start(localkube::Options::default()).await?;
-    let client = env.client();
-    install_crds(&client).await?;
+    let Some(fx) = Fixture::start_with(localkube::Options::default(), false).await? else {
+        return Ok(());
+    };
+    let env = &fx.env;
+    let client = fx.client.clone();
     let mut operator = Command::new(&a.operator)
         .args(["run", "--metrics-address", "127.0.0.1:0"])
         .env("KUBECONFIG", env.kubeconfig_path())
@@ -127,6 +128,6 @@ async fn main() -> anyhow::Result<()> {
 
     let _ = operator.kill();
     let _ = operator.wait();
-    env.stop().await;
+    fx.stop().await;
     Ok(())
 }

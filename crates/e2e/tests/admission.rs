@@ -3,9 +3,10 @@
 //! acceptance or rejection with the expected message; update cases create first, then replace
 //! the spec.
 
-use std::time::{Duration, Instant};
+mod support;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use std::time::Instant;
+
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use serde_json::{Value, json};
@@ -13,7 +14,7 @@ use valkey_api::{
     ValkeyCluster, ValkeyNode, cluster, config, labels, networking, persistence, scheduling, users,
 };
 
-const NAMESPACE: &str = "default";
+use support::{Fixture, NS as NAMESPACE};
 
 /// Expected outcome of a case.
 enum Expect {
@@ -710,44 +711,6 @@ async fn run_case(api: &Api<DynamicObject>, case: &Case) -> Result<(), String> {
     }
 }
 
-async fn install_crds(client: &Client) -> anyhow::Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let ssa = PatchParams::apply(labels::CRD_FIELD_MANAGER).force();
-    for crd in valkey_api::crds() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        crds.patch(&name, &ssa, &Patch::Apply(&crd)).await?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let c = crds.get(&name).await?;
-            let established = c
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
-                break;
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "CRD {name} not Established after 60s"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-    // The resource handlers may lag Established briefly: wait until a list succeeds.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let vkc: Api<ValkeyCluster> = Api::namespaced(client.clone(), NAMESPACE);
-    while let Err(e) = vkc.list(&Default::default()).await {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "ValkeyCluster API not served: {e}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Ok(())
-}
-
 /// Defaults are applied by the apiserver and visible when reading the object back.
 async fn check_defaults(client: &Client) -> anyhow::Result<()> {
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NAMESPACE);
@@ -835,11 +798,10 @@ async fn check_valkeynode(client: &Client) -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn admission_rules_on_a_real_apiserver() -> anyhow::Result<()> {
-    // kube's rustls needs a process-wide crypto provider; another component may have set it.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let env = localkube::Env::start(localkube::Options::apiserver_only()).await?;
-    let client = env.client();
-    install_crds(&client).await?;
+    let Some(fx) = Fixture::start_with(localkube::Options::apiserver_only(), false).await? else {
+        return Ok(());
+    };
+    let client = fx.client.clone();
 
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
@@ -868,7 +830,7 @@ async fn admission_rules_on_a_real_apiserver() -> anyhow::Result<()> {
             failures.push(format!("{what}: {e:#}"));
         }
     }
-    env.stop().await;
+    fx.stop().await;
     assert!(cases.len() >= 50, "only {} cases", cases.len());
     assert!(
         failures.is_empty(),

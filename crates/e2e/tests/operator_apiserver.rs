@@ -55,10 +55,12 @@ async fn versions(client: &Client, name: &str) -> anyhow::Result<BTreeMap<String
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_creates_children_and_settles_without_writes() -> anyhow::Result<()> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let env = localkube::Env::start(localkube::Options::apiserver_only()).await?;
-    let client = env.client();
-    support::install_crds(&client).await?;
+    let Some(fx) =
+        support::Fixture::start_with(localkube::Options::apiserver_only(), false).await?
+    else {
+        return Ok(());
+    };
+    let client = fx.client.clone();
     let metrics = Arc::new(valkey_operator::metrics::Metrics::new());
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let ctl = tokio::spawn(valkey_operator::cluster::run(
@@ -167,6 +169,6 @@ async fn operator_creates_children_and_settles_without_writes() -> anyhow::Resul
 
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), ctl).await;
-    env.stop().await;
+    fx.stop().await;
     Ok(())
 }

@@ -74,16 +74,10 @@ async fn owned_versions(client: &Client, name: &str) -> anyhow::Result<Vec<(Stri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_root_3x1_and_1x0_ready_and_serve() -> anyhow::Result<()> {
-    if !is_root() {
-        eprintln!("skipped: needs root (localkube runs pods as processes in network namespaces)");
+    let Some(fx) = Fixture::start().await? else {
         return Ok(());
-    }
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let env = localkube::Env::start(localkube::Options::default()).await?;
-    let client = env.client();
-    install_crds(&client).await?;
-
-    let operator = Operator::start(&client);
+    };
+    let client = fx.client.clone();
 
     // 3 shards × 1 replica.
     let name = "demo";
@@ -213,24 +207,18 @@ async fn operator_root_3x1_and_1x0_ready_and_serve() -> anyhow::Result<()> {
     );
     check_topology(&client, "big", 10, 1, pw).await?;
 
-    let text = operator.metrics.encode();
+    let text = fx.metrics();
     ensure!(text.contains("valkey_operator_reconciles_total{controller=\"valkeycluster\"}"));
-    operator.stop().await;
-    env.stop().await;
+    fx.stop().await;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_root_primary_kill_fails_over_and_keeps_data() -> anyhow::Result<()> {
-    if !is_root() {
-        eprintln!("skipped: needs root (localkube runs pods as processes in network namespaces)");
+    let Some(fx) = Fixture::start().await? else {
         return Ok(());
-    }
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let env = localkube::Env::start(localkube::Options::default()).await?;
-    let client = env.client();
-    install_crds(&client).await?;
-    let operator = Operator::start(&client);
+    };
+    let client = fx.client.clone();
     let name = "fo";
     let pw = "app-password-1";
     create_user_secret(&client, &format!("{name}-app"), pw).await?;
@@ -245,7 +233,7 @@ async fn operator_root_primary_kill_fails_over_and_keeps_data() -> anyhow::Resul
         .primary_pod
         .clone()
         .context("primary of shard 0")?;
-    let faults = env.faults().context("faults")?;
+    let faults = fx.faults()?;
     let killed = Instant::now();
     faults.kill_container(NS, &victim, "server")?;
     eprintln!("killed server of {victim}");
@@ -279,7 +267,6 @@ async fn operator_root_primary_kill_fails_over_and_keeps_data() -> anyhow::Resul
     )
     .await?;
 
-    operator.stop().await;
-    env.stop().await;
+    fx.stop().await;
     Ok(())
 }

@@ -455,23 +455,14 @@ async fn foreground_delete(client: &Client, name: &str) -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_root_persistence_and_deletion() -> anyhow::Result<()> {
-    if !is_root() {
-        eprintln!("skipped: needs root (localkube runs pods as processes in network namespaces)");
-        return Ok(());
-    }
-    let _ = rustls::crypto::ring::default_provider().install_default();
     if std::env::var_os("RUST_LOG").is_some() {
         valkey_operator::telemetry::init(valkey_operator::telemetry::LogFormat::Text);
     }
     let t0 = Instant::now();
-    let opts = localkube::Options {
-        dir: std::env::var_os("E2E_LOCALKUBE_DIR").map(Into::into),
-        ..localkube::Options::default()
+    let Some(fx) = Fixture::start().await? else {
+        return Ok(());
     };
-    let env = localkube::Env::start(opts).await?;
-    let client = env.client();
-    install_crds(&client).await?;
-    let operator = Operator::start(&client);
+    let client = fx.client.clone();
 
     // All three clusters at once: `pers` 3 × 1 (Delete), `keep` 1 × 1 (Retain), `drop` 1 × 1
     // (Delete).
@@ -511,8 +502,7 @@ async fn operator_root_persistence_and_deletion() -> anyhow::Result<()> {
         .await
         .context("Foreground delete")?;
 
-    operator.stop().await;
-    env.stop().await;
+    fx.stop().await;
     eprintln!("MEASURE test wall time: {:.1}s", t0.elapsed().as_secs_f64());
     Ok(())
 }

@@ -704,20 +704,11 @@ async fn probe_writes(client: &Client, at: Duration) -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_root_spread_exporter_sidecar_and_idle() -> anyhow::Result<()> {
-    if !is_root() {
-        eprintln!("skipped: needs root (localkube runs pods as processes in network namespaces)");
-        return Ok(());
-    }
     let test_start = Instant::now();
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let env = localkube::Env::start(localkube::Options::default()).await?;
-    eprintln!(
-        "MEASURE localkube start: {:.1}s",
-        test_start.elapsed().as_secs_f64()
-    );
-    let client = env.client();
-    install_crds(&client).await?;
-    let operator = Operator::start(&client);
+    let Some(fx) = Fixture::start().await? else {
+        return Ok(());
+    };
+    let client = fx.client.clone();
 
     let clusters: [(&str, i32, i32, serde_json::Value); 4] = [
         (NODE_SPREAD, 3, 1, node_shard_required()),
@@ -753,7 +744,7 @@ async fn operator_root_spread_exporter_sidecar_and_idle() -> anyhow::Result<()> 
         node_spread_and_exporter(&client, t0),
         unsatisfiable_spread(&client, t0),
         zone_spread(&client, t0),
-        sidecar_without_exporter(&client, env.dir(), t0),
+        sidecar_without_exporter(&client, fx.env.dir(), t0),
     );
     eprintln!(
         "MEASURE all four clusters checked: {:.1}s after apply",
@@ -831,10 +822,9 @@ async fn operator_root_spread_exporter_sidecar_and_idle() -> anyhow::Result<()> 
     //    at a time, the cluster returns to Ready and the zone spread still holds.
     rolling_update_keeps_zone_spread(&client).await?;
 
-    let text = operator.metrics.encode();
+    let text = fx.metrics();
     ensure!(text.contains("valkey_operator_reconciles_total{controller=\"valkeycluster\"}"));
-    operator.stop().await;
-    env.stop().await;
+    fx.stop().await;
     eprintln!(
         "MEASURE test wall time: {:.1}s",
         test_start.elapsed().as_secs_f64()

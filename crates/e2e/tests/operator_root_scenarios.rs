@@ -251,64 +251,13 @@ async fn live_changes_applied_without_restart(client: &Client, name: &str) -> an
     Ok(())
 }
 
-/// Writes `w:<i>` keys until `stop`, each confirmed with `WAIT 1`; returns the acknowledged
-/// indexes and the longest time between two acknowledged writes.
-async fn keep_writing(
-    client: Client,
-    name: String,
-    pw: String,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> anyhow::Result<(Vec<usize>, Duration)> {
-    let mut acked = Vec::new();
-    let mut last_ok = Instant::now();
-    let mut max_gap = Duration::ZERO;
-    let mut conn = None;
-    let mut i = 0usize;
-    while !*stop.borrow() {
-        if conn.is_none() {
-            conn = cluster_client(&client, &name, &pw).await.ok();
-        }
-        let Some(c) = conn.as_mut() else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        let key = format!("w:{i}");
-        let r: redis::RedisResult<i64> = async {
-            let _: () = redis::cmd("SET").arg(&key).arg(i).query_async(c).await?;
-            redis::cmd("WAIT").arg(1).arg(500).query_async(c).await
-        }
-        .await;
-        match r {
-            Ok(n) if n >= 1 => {
-                acked.push(i);
-                max_gap = max_gap.max(last_ok.elapsed());
-                last_ok = Instant::now();
-            }
-            Ok(_) => {}
-            Err(_) => {
-                conn = None;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-        i += 1;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok((acked, max_gap))
-}
-
 async fn rolling_update_keeps_acknowledged_writes(
     client: &Client,
     name: &str,
     pw: &str,
 ) -> anyhow::Result<()> {
     let before = pod_identities(client, name).await?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let writer = tokio::spawn(keep_writing(
-        client.clone(),
-        name.to_owned(),
-        pw.to_owned(),
-        stop_rx,
-    ));
+    let writer = Writer::start(client, name, pw, 1);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
     let patch = serde_json::json!({"spec": {"resources": {"requests": {"cpu": "10m"}}}});
@@ -338,8 +287,7 @@ async fn rolling_update_keeps_acknowledged_writes(
         &system_operator_password(client, name).await?,
     )
     .await?;
-    let _ = stop_tx.send(true);
-    let (acked, max_gap) = writer.await??;
+    let (acked, max_gap) = writer.stop().await?;
     eprintln!(
         "MEASURE rolling update of 6 pods (2x2): {:.1}s; {} writes acknowledged meanwhile, longest gap between acknowledged writes {:.1}s",
         took.as_secs_f64(),
@@ -367,15 +315,10 @@ async fn rolling_update_keeps_acknowledged_writes(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
-    if !is_root() {
-        eprintln!("skipped: needs root (localkube runs pods as processes in network namespaces)");
+    let Some(fx) = Fixture::start().await? else {
         return Ok(());
-    }
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let env = localkube::Env::start(localkube::Options::default()).await?;
-    let client = env.client();
-    install_crds(&client).await?;
-    let operator = Operator::start(&client);
+    };
+    let client = fx.client.clone();
 
     // 1. 2 shards × 2 replicas, workloadType Deployment.
     let name = "dep";
@@ -430,7 +373,7 @@ async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
     //    takes over with the most caught-up replica.
     acked_writes(&mut cluster_client(&client, name, pw).await?, 2_000, "a").await?;
     let victim = primary_of(&client, name, 0).await?;
-    let faults = env.faults().context("faults")?;
+    let faults = fx.faults()?;
     let killed = Instant::now();
     faults.kill_container(NS, &victim, "server")?;
     eprintln!("killed the server of {victim}");
@@ -513,7 +456,7 @@ async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
         .await?;
 
     // Both controllers report their passes in the operator's metrics.
-    let text = operator.metrics.encode();
+    let text = fx.metrics();
     for c in ["valkeycluster", "valkeynode"] {
         ensure!(
             text.contains(&format!(
@@ -523,7 +466,6 @@ async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
         );
     }
 
-    operator.stop().await;
-    env.stop().await;
+    fx.stop().await;
     Ok(())
 }

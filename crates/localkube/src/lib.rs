@@ -13,6 +13,7 @@ pub mod runtime;
 pub mod slot;
 
 pub use env::{Env, Options};
+pub use kubelet::Faults;
 
 /// Removes whatever an environment using `dir` left behind after a crash:
 /// control-plane processes, pods' processes, network namespaces, the bridge

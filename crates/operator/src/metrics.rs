@@ -126,6 +126,18 @@ impl Metrics {
         self.durations.get_or_create(&l).observe(took.as_secs_f64());
     }
 
+    /// Runs one reconcile pass of `controller_name`, recording its count, duration and outcome.
+    pub async fn reconcile<T, E>(
+        &self,
+        controller_name: &str,
+        pass: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let started = std::time::Instant::now();
+        let r = pass.await;
+        self.reconciled(controller_name, started.elapsed(), r.is_err());
+        r
+    }
+
     /// Records an executed topology step.
     pub fn step(&self, kind: &str) {
         self.steps

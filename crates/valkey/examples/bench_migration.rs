@@ -1,18 +1,15 @@
-//! Benchmark (needs real `valkey-server` binaries, see `tests/support`): time from fresh
+//! Benchmark (needs real `valkey-server` binaries, see the `valkey-testkit` crate): time from fresh
 //! servers to a formed 3×1 cluster, and slot migration throughput moving 1 000 000 small keys
 //! from 3 to 4 shards, atomic (Valkey 9.1) versus key-by-key (Valkey 8.0).
 //!
 //! `cargo run --release -p valkey-ops --example bench_migration [-- KEYS]`
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use support::*;
 use valkey_ops::commands::{self, AtomicMove, migrate};
 use valkey_ops::slots::Slot;
+use valkey_testkit::*;
 
 async fn formation(flavor: Flavor) -> (Duration, Duration) {
     let t = Instant::now();

@@ -1,4 +1,5 @@
-//! Valkey operations layer: topology model, slot planners (pure) and cluster commands.
+//! Valkey operations layer: reply parsing (`model`), the topology model (`topology`), slot
+//! planners (`plan`, pure) and idempotent cluster commands (`commands`).
 
 pub mod client;
 pub mod commands;
@@ -6,15 +7,14 @@ pub mod error;
 pub mod model;
 pub mod plan;
 pub mod slots;
+pub mod topology;
 
 pub use error::{ParseError, PlanError};
 pub use model::{
-    ClusterInfo, ClusterNode, ClusterNodes, ClusterState, ClusterView, LinkState, NodeAddr,
-    NodeFlags, NodeObservation, NodeRole, PersistenceInfo, ReplicationInfo, ServerInfo, Shard,
-    ShardView, SlotMigration, Version,
+    ClusterInfo, ClusterNode, ClusterNodes, ClusterState, LinkState, NodeAddr, NodeFlags,
+    NodeObservation, NodeRole, PersistenceInfo, ReplicationInfo, ServerInfo, Shard, SlotMigration,
+    Version,
 };
-pub use plan::{
-    FailbackStep, RebalancePlan, SlotMove, choose_failover_target, initial_assignment,
-    plan_failback, plan_rebalance,
-};
+pub use plan::{RebalancePlan, SlotMove, initial_assignment, plan_rebalance};
 pub use slots::{SLOT_COUNT, Slot, SlotRange, SlotSet};
+pub use topology::{Layout, Member, NodeView, Topology};

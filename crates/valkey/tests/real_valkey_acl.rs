@@ -1,11 +1,9 @@
-//! Needs real `valkey-server` binaries (see `tests/support`): least-privilege system users,
+//! Needs real `valkey-server` binaries (see the `valkey-testkit` crate): least-privilege system users,
 //! `ACL LOAD` with revision verification, `CONFIG SET` of several keys, authentication errors.
 
-mod support;
-
-use support::*;
 use valkey_ops::client::{self, ClientConfig, ClientError, NodePool};
 use valkey_ops::commands::{self, AclLoadOutcome, acl};
+use valkey_testkit::*;
 
 async fn allowed(pool: &NodePool, addr: &str, args: &[&str]) -> Result<(), String> {
     let mut c = redis::cmd(args[0]);

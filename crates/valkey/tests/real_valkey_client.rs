@@ -1,12 +1,10 @@
-//! Needs real `valkey-server` binaries (see `tests/support`): pool reuse and reconnection,
+//! Needs real `valkey-server` binaries (see the `valkey-testkit` crate): pool reuse and reconnection,
 //! response and connect timeouts.
-
-mod support;
 
 use std::time::{Duration, Instant};
 
-use support::*;
 use valkey_ops::client::{self, ClientConfig, ClientError, NodePool};
+use valkey_testkit::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_valkey9_pool_reuses_and_reconnects() {

@@ -1,12 +1,10 @@
-//! Needs real `valkey-server` binaries (see `tests/support`): automatic failover observed in
+//! Needs real `valkey-server` binaries (see the `valkey-testkit` crate): automatic failover observed in
 //! the model, guarded FORGET, replacement replica, manual failover modes, WAIT.
-
-mod support;
 
 use std::time::Duration;
 
-use support::*;
 use valkey_ops::commands::{self, CommandError, FailoverMode};
+use valkey_testkit::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_valkey9_primary_death_failover_forget_and_replace() {
@@ -60,18 +58,32 @@ async fn real_valkey9_primary_death_failover_forget_and_replace() {
         "automatic failover in the cluster view",
         Duration::from_secs(30),
         || async {
-            let view = commands::observe_cluster(&pool, &all).await;
-            let dead_unreachable = view.unreachable().any(|(a, _)| a == addrs[0]);
-            let failed = view.failed_peers().contains(&dead);
-            let shard = view
-                .shards()
-                .into_iter()
-                .find(|s| s.primary_id == promoted_id)?;
-            let healthy = view.reachable().all(|(_, o)| cluster_healthy(o));
+            let positions = (0..)
+                .zip(&all)
+                .map(|(i, a)| commands::Position {
+                    shard: i % 3,
+                    index: i / 3,
+                    pod: a.clone(),
+                    addr: a.parse().unwrap(),
+                })
+                .collect();
+            let view = commands::observe_topology(&pool, positions).await;
+            let dead_unreachable = view
+                .members()
+                .iter()
+                .any(|m| m.addr.to_string() == addrs[0] && m.view.is_none());
+            let failed = view.known(&dead).is_some_and(|n| n.flags.fail);
+            let promoted = view
+                .members()
+                .iter()
+                .find(|m| m.id() == Some(promoted_id.as_str()))?;
+            let healthy = view
+                .reachable()
+                .all(|m| m.view.as_ref().is_some_and(|v| v.cluster_ok));
             (dead_unreachable
                 && failed
-                && shard.slots.len() == 5461
-                && view.unassigned_slots().is_empty()
+                && promoted.me()?.slot_count() == 5461
+                && view.owned_slots().is_full()
                 && healthy)
                 .then_some(())
         },

@@ -1,9 +1,7 @@
-//! Needs real `valkey-server` binaries (see `tests/support`): forms 3×1 clusters.
+//! Needs real `valkey-server` binaries (see the `valkey-testkit` crate): forms 3×1 clusters.
 
-mod support;
-
-use support::*;
 use valkey_ops::commands;
+use valkey_testkit::*;
 
 async fn form_3x1(flavor: Flavor) {
     init_tracing();

@@ -1,16 +1,14 @@
-//! Needs real `valkey-server` binaries (see `tests/support`): 100 000 keys survive scaling
+//! Needs real `valkey-server` binaries (see the `valkey-testkit` crate): 100 000 keys survive scaling
 //! 3 → 4 → 3 shards with atomic slot migration (Valkey 9.1) and the key-by-key fallback
 //! (Valkey 8.0), and interrupted migrations resume without losing keys.
-
-mod support;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use support::*;
 use valkey_ops::client::NodePool;
 use valkey_ops::commands::{self, AtomicMove, migrate};
 use valkey_ops::slots::Slot;
+use valkey_testkit::*;
 
 const KEYS: u64 = 100_000;
 

@@ -1,14 +1,12 @@
-//! Needs real `valkey-server` 8.0 with TLS (see `tests/support`): a TLS-only cluster
+//! Needs real `valkey-server` 8.0 with TLS (see the `valkey-testkit` crate): a TLS-only cluster
 //! (`port 0`, `tls-port`, `tls-cluster`, `tls-replication`) with certificates generated in
 //! the test, reached by IP while verifying the certificate's DNS name.
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
 use valkey_ops::client::{self, ClientConfig, ClientError};
 use valkey_ops::commands;
+use valkey_testkit::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_valkey8_tls_cluster_with_ca_and_server_name() {

@@ -21,19 +21,92 @@ pub fn is_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
+/// The set-up every suite shares: a localkube environment (`E2E_LOCALKUBE_DIR` keeps its
+/// state for inspection), the CRDs installed and Established, and, with [`Fixture::start`],
+/// the operator's controllers running in-process.
+pub struct Fixture {
+    /// The environment.
+    pub env: localkube::Env,
+    /// Its admin client.
+    pub client: Client,
+    /// The operator, when started.
+    pub operator: Option<Operator>,
+}
+
+impl Fixture {
+    /// A full environment (nodes, pods) with the operator running; `None` with a "skipped"
+    /// line when not root (pods are processes in network namespaces).
+    pub async fn start() -> anyhow::Result<Option<Self>> {
+        Self::start_with(localkube::Options::default(), true).await
+    }
+
+    /// An environment from `opts`, the CRDs installed, the operator started when `operator`.
+    pub async fn start_with(
+        opts: localkube::Options,
+        operator: bool,
+    ) -> anyhow::Result<Option<Self>> {
+        if opts.kubelets && !is_root() {
+            eprintln!(
+                "skipped: needs root (localkube runs pods as processes in network namespaces)"
+            );
+            return Ok(None);
+        }
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let opts = localkube::Options {
+            dir: opts
+                .dir
+                .or_else(|| std::env::var_os("E2E_LOCALKUBE_DIR").map(Into::into)),
+            ..opts
+        };
+        let t0 = Instant::now();
+        let env = localkube::Env::start(opts).await?;
+        eprintln!(
+            "MEASURE localkube start: {:.1}s",
+            t0.elapsed().as_secs_f64()
+        );
+        let client = env.client();
+        install_crds(&client).await?;
+        let operator = operator.then(|| Operator::start(&client));
+        Ok(Some(Self {
+            env,
+            client,
+            operator,
+        }))
+    }
+
+    /// The fault injector (kill, pause, cut a pod's network, exec).
+    pub fn faults(&self) -> anyhow::Result<localkube::Faults> {
+        self.env.faults().context("this environment runs no pods")
+    }
+
+    /// The operator's metrics (Prometheus text).
+    pub fn metrics(&self) -> String {
+        self.operator
+            .as_ref()
+            .map(|o| o.metrics.encode())
+            .unwrap_or_default()
+    }
+
+    /// Stops the operator, then the environment.
+    pub async fn stop(self) {
+        if let Some(o) = self.operator {
+            o.stop().await;
+        }
+        self.env.stop().await;
+    }
+}
+
+/// Installs both CRDs (server-side apply) and waits until they are Established and the
+/// ValkeyCluster API is served.
 pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let ssa = PatchParams::apply(valkey_api::labels::CRD_FIELD_MANAGER).force();
     for crd in valkey_api::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        api.patch(
-            &name,
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&crd),
-        )
-        .await?;
-        let deadline = Instant::now() + Duration::from_secs(30);
+        crds.patch(&name, &ssa, &Patch::Apply(&crd)).await?;
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let c = api.get(&name).await?;
+            let c = crds.get(&name).await?;
             let established = c
                 .status
                 .and_then(|s| s.conditions)
@@ -43,9 +116,22 @@ pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
             if established {
                 break;
             }
-            ensure!(Instant::now() < deadline, "CRD {name} not established");
+            ensure!(
+                Instant::now() < deadline,
+                "CRD {name} not Established after 60s"
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+    // The resource handlers may lag Established briefly: wait until a list succeeds.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let vkc: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    while let Err(e) = vkc.list(&Default::default()).await {
+        ensure!(
+            Instant::now() < deadline,
+            "ValkeyCluster API not served: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Ok(())
 }
@@ -118,7 +204,8 @@ pub async fn wait_ready(
                 eprintln!("[{name}] {now}");
                 last = now;
             }
-            if s.state == ClusterState::Ready && s.ready_shards == shards {
+            let current = s.observed_generation == vc.metadata.generation;
+            if current && s.state == ClusterState::Ready && s.ready_shards == shards {
                 return Ok(vc);
             }
         }
@@ -302,6 +389,11 @@ impl Operator {
         }
     }
 
+    /// Kills the controllers at once, in the middle of whatever they do (a crashed operator).
+    pub fn kill(self) {
+        self.task.abort();
+    }
+
     /// Stops the controllers (waits up to 10 s).
     pub async fn stop(self) {
         let _ = self.stop_tx.send(true);
@@ -347,6 +439,133 @@ pub async fn acked_writes(
         }
     }
     Ok(())
+}
+
+/// A continuous cluster-aware writer: `SET w:<i>` (keys spread over every slot), each
+/// confirmed with `WAIT <replicas>`, until stopped.
+pub struct Writer {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<anyhow::Result<(Vec<usize>, Duration)>>,
+}
+
+impl Writer {
+    /// Starts writing to cluster `name` as user `app`; `replicas` is the `WAIT` count (0: a
+    /// write is acknowledged by its primary's reply).
+    pub fn start(client: &Client, name: &str, pw: &str, replicas: i64) -> Self {
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let (client, name, pw) = (client.clone(), name.to_owned(), pw.to_owned());
+        let task = tokio::spawn(async move {
+            let mut acked = Vec::new();
+            let mut last_ok = Instant::now();
+            let mut max_gap = Duration::ZERO;
+            let mut conn = None;
+            let mut i = 0usize;
+            while !*rx.borrow() {
+                if conn.is_none() {
+                    conn = cluster_client(&client, &name, &pw).await.ok();
+                }
+                let Some(c) = conn.as_mut() else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let key = format!("w:{i}");
+                let r: redis::RedisResult<i64> = async {
+                    let _: () = redis::cmd("SET").arg(&key).arg(i).query_async(c).await?;
+                    if replicas == 0 {
+                        return Ok(0);
+                    }
+                    redis::cmd("WAIT")
+                        .arg(replicas)
+                        .arg(500)
+                        .query_async(c)
+                        .await
+                }
+                .await;
+                match r {
+                    Ok(n) if n >= replicas => {
+                        acked.push(i);
+                        max_gap = max_gap.max(last_ok.elapsed());
+                        last_ok = Instant::now();
+                    }
+                    Ok(_) => {}
+                    Err(_) => {
+                        conn = None;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok((acked, max_gap))
+        });
+        Self { stop, task }
+    }
+
+    /// Stops; returns the acknowledged indexes and the longest time between two acknowledged
+    /// writes.
+    pub async fn stop(self) -> anyhow::Result<(Vec<usize>, Duration)> {
+        let _ = self.stop.send(true);
+        self.task.await?
+    }
+
+    /// Stops and checks that every acknowledged write reads back; returns the count and the
+    /// longest gap.
+    pub async fn stop_and_check(
+        self,
+        client: &Client,
+        name: &str,
+        pw: &str,
+        after: &str,
+    ) -> anyhow::Result<(usize, Duration)> {
+        let (acked, gap) = self.stop().await?;
+        ensure!(
+            !acked.is_empty(),
+            "no write was acknowledged during {after}"
+        );
+        let mut conn = cluster_client(client, name, pw).await?;
+        let mut lost = Vec::new();
+        for i in &acked {
+            let v: Option<usize> = redis::cmd("GET")
+                .arg(format!("w:{i}"))
+                .query_async(&mut conn)
+                .await?;
+            if v != Some(*i) {
+                lost.push(format!("w:{i}={v:?}"));
+            }
+        }
+        ensure!(
+            lost.is_empty(),
+            "{} of {} acknowledged writes lost during {after}, first: {:?}",
+            lost.len(),
+            acked.len(),
+            &lost[..lost.len().min(10)]
+        );
+        Ok((acked.len(), gap))
+    }
+}
+
+/// Slot counts of the primaries (highest first) and their replica counts, as `pod_ip`'s
+/// `CLUSTER NODES` shows them (failed nodes ignored).
+pub async fn slot_layout(ip: &str, user: &str, pw: &str) -> anyhow::Result<Vec<(usize, usize)>> {
+    let mut c = node_conn(ip, user, pw).await?;
+    let text: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut c)
+        .await?;
+    let nodes = valkey_ops::model::ClusterNodes::parse(&text)?;
+    let mut out: Vec<(usize, usize)> = nodes
+        .primaries()
+        .filter(|n| !n.flags.failing())
+        .map(|p| {
+            let replicas = nodes
+                .replicas_of(&p.id)
+                .filter(|r| !r.flags.failing())
+                .count();
+            (p.slot_count(), replicas)
+        })
+        .collect();
+    out.sort_by(|a, b| b.cmp(a));
+    Ok(out)
 }
 
 /// Checks that every key written by [`acked_writes`] reads back; `after` names the event for

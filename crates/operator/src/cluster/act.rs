@@ -1,14 +1,21 @@
-//! Executes one topology step with the idempotent Valkey commands, reporting what happened as
-//! events and as the Progressing/Degraded facts of the pass.
+//! Acting: executes the one step of a pass (idempotent Valkey commands, or the ValkeyNode
+//! write that authorizes a roll or removes a surplus node), reporting what happened as events
+//! and as the Progressing/Degraded facts of the pass.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use kube::Api;
+use kube::ResourceExt;
 use tracing::{info, warn};
+use valkey_api::ValkeyNode;
+use valkey_api::status::event;
 use valkey_ops::client::NodePool;
-use valkey_ops::commands::{self, CommandError, FailoverMode};
+use valkey_ops::commands::{self, CommandError, FailoverMode, KeyMigrationOptions};
 
-use super::topology::Step;
-use crate::status::{EventSpec, reason};
+use super::apply;
+use super::plan::{Step, Transfer};
+use crate::status::{Activity, EventSpec, FailureKind, Progress, StepFailure};
 
 /// Longest wait for one slot-migration batch.
 const MIGRATION_TIMEOUT: Duration = Duration::from_secs(60);
@@ -22,68 +29,83 @@ const FAILOVER_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Outcome {
     /// Events to publish.
     pub events: Vec<EventSpec>,
-    /// Progressing reason and message while the step's effect is pending.
-    pub progress: Option<(&'static str, String)>,
-    /// Degraded reason and message when the step failed.
-    pub failure: Option<(&'static str, String)>,
+    /// The work in progress while the step's effect is pending.
+    pub progress: Option<Progress>,
+    /// The failure, when the step failed.
+    pub failure: Option<StepFailure>,
     /// Whether any command changed the cluster.
     pub acted: bool,
+    /// What a migration batch moved.
+    pub moved: Option<Moved>,
 }
 
-fn host_port(addr: &str) -> (String, u16) {
-    match addr.rsplit_once(':') {
-        Some((h, p)) => (
-            h.trim_matches(['[', ']']).to_owned(),
-            p.parse().unwrap_or(0),
-        ),
-        None => (addr.to_owned(), 0),
-    }
+/// What a migration batch moved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Moved {
+    /// Slots that changed owner.
+    pub slots: usize,
+    /// Keys moved (key-by-key migration only; atomic migration does not count them).
+    pub keys: Option<u64>,
+}
+
+/// What a step acts through.
+pub struct Actor<'a> {
+    /// The cluster's connection pool.
+    pub pool: &'a NodePool,
+    /// The ValkeyNodes of the cluster's namespace; `None` where only Valkey is driven (tests
+    /// of the topology loop against bare servers), and the ValkeyNode steps do nothing.
+    pub nodes: Option<&'a Api<ValkeyNode>>,
 }
 
 fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
     if n == 1 { one } else { many }
 }
 
-/// Runs `step` against the cluster.
-pub async fn execute(pool: &NodePool, step: &Step) -> Outcome {
+/// Runs `step`.
+pub async fn execute(actor: &Actor<'_>, step: &Step) -> Outcome {
+    let pool = actor.pool;
     let mut out = Outcome::default();
     match step {
         Step::Meet { seed, nodes } => {
             let mut met = 0;
+            let seed = &seed.to_string();
             for n in nodes {
-                match commands::meet(pool, seed, n).await {
+                match commands::meet(pool, seed, *n).await {
                     Ok(true) => met += 1,
                     Ok(false) => {}
                     Err(e) => {
                         warn!(seed, node = %n, error = %e, "cluster meet failed");
                         out.events.push(EventSpec::warning(
-                            "ClusterMeetFailed",
+                            event::CLUSTER_MEET_FAILED,
                             "ClusterMeet",
                             format!("meeting {n} through {seed}: {e}"),
                         ));
-                        out.failure = Some((reason::NODE_ADD_FAILED, format!("meet {n}: {e}")));
+                        out.failure = Some(StepFailure::new(
+                            FailureKind::NodeAddFailed,
+                            format!("meet {n}: {e}"),
+                        ));
                     }
                 }
             }
             if met > 0 {
                 out.acted = true;
                 out.events.push(EventSpec::normal(
-                    "ClusterMeetBatch",
+                    event::CLUSTER_MEET_BATCH,
                     "ClusterMeet",
                     format!("introduced {met} nodes to the cluster through {seed}"),
                 ));
             }
-            out.progress = Some((
-                reason::ADDING_NODES,
+            out.progress = Some(Progress::new(
+                Activity::AddingNodes,
                 format!("joining {} nodes to the cluster", nodes.len()),
             ));
         }
         Step::ReMeet { seed, nodes } => {
             let mut healed = 0;
+            let seed = &seed.to_string();
             for n in nodes {
-                let (ip, port) = host_port(n);
                 let mut cmd = redis::cmd("CLUSTER");
-                cmd.arg("MEET").arg(&ip).arg(port);
+                cmd.arg("MEET").arg(n.ip().to_string()).arg(n.port());
                 match pool.query::<redis::Value>(seed, &cmd).await {
                     Ok(_) => healed += 1,
                     Err(e) => warn!(seed, node = %n, error = %e, "re-meet failed"),
@@ -92,28 +114,31 @@ pub async fn execute(pool: &NodePool, step: &Step) -> Outcome {
             if healed > 0 {
                 out.acted = true;
                 out.events.push(EventSpec::normal(
-                    "StaleAddressesHealed",
+                    event::STALE_ADDRESSES_HEALED,
                     "ClusterMeet",
                     format!("re-introduced {healed} nodes at their new addresses"),
                 ));
             }
-            out.progress = Some((reason::RECONCILING, "healing stale node addresses".into()));
+            out.progress = Some(Progress::new(
+                Activity::Reconciling,
+                "healing stale node addresses",
+            ));
         }
         Step::AssignSlots { assignments } => {
             let mut done = Vec::new();
             for (addr, shard, ranges) in assignments {
-                match commands::add_slots_range(pool, addr, ranges).await {
+                match commands::add_slots_range(pool, &addr.to_string(), ranges).await {
                     Ok(n) if n > 0 => done.push(format!("shard {shard}: {n} slots")),
                     Ok(_) => {}
                     Err(e) => {
-                        warn!(addr, shard, error = %e, "slot assignment failed");
+                        warn!(%addr, shard, error = %e, "slot assignment failed");
                         out.events.push(EventSpec::warning(
-                            "SlotAssignmentFailed",
+                            event::SLOT_ASSIGNMENT_FAILED,
                             "AssignSlots",
                             format!("shard {shard} at {addr}: {e}"),
                         ));
-                        out.failure = Some((
-                            reason::NODE_ADD_FAILED,
+                        out.failure = Some(StepFailure::new(
+                            FailureKind::NodeAddFailed,
                             format!("assigning slots to shard {shard}: {e}"),
                         ));
                     }
@@ -121,35 +146,38 @@ pub async fn execute(pool: &NodePool, step: &Step) -> Outcome {
             }
             if !done.is_empty() {
                 out.acted = true;
-                let r = plural(done.len(), "PrimaryCreated", "PrimariesCreated");
+                let r = plural(done.len(), event::PRIMARY_CREATED, event::PRIMARIES_CREATED);
                 out.events.push(EventSpec::normal(
                     r,
                     "AssignSlots",
                     format!("assigned slots: {}", done.join(", ")),
                 ));
             }
-            out.progress = Some((reason::ADDING_NODES, "assigning slots to primaries".into()));
+            out.progress = Some(Progress::new(
+                Activity::AddingNodes,
+                "assigning slots to primaries",
+            ));
         }
         Step::Replicate { attachments } => {
             let mut attached = Vec::new();
             let mut waiting = 0;
             for (addr, primary, shard) in attachments {
-                match commands::replicate(pool, addr, primary).await {
+                match commands::replicate(pool, &addr.to_string(), primary).await {
                     Ok(true) => attached.push(format!("{addr} → shard {shard}")),
                     Ok(false) => {}
                     Err(CommandError::NotReady(m)) => {
                         waiting += 1;
-                        info!(addr, shard, "replica waits: {m}");
+                        info!(%addr, shard, "replica waits: {m}");
                     }
                     Err(e) => {
-                        warn!(addr, shard, error = %e, "replicate failed");
+                        warn!(%addr, shard, error = %e, "replicate failed");
                         out.events.push(EventSpec::warning(
-                            "ReplicaCreationFailed",
+                            event::REPLICA_CREATION_FAILED,
                             "Replicate",
                             format!("{addr} as replica in shard {shard}: {e}"),
                         ));
-                        out.failure = Some((
-                            reason::NODE_ADD_FAILED,
+                        out.failure = Some(StepFailure::new(
+                            FailureKind::NodeAddFailed,
                             format!("attaching a replica to shard {shard}: {e}"),
                         ));
                     }
@@ -157,56 +185,48 @@ pub async fn execute(pool: &NodePool, step: &Step) -> Outcome {
             }
             if !attached.is_empty() {
                 out.acted = true;
-                let r = plural(attached.len(), "ReplicaCreated", "ReplicasAttached");
+                let r = plural(
+                    attached.len(),
+                    event::REPLICA_CREATED,
+                    event::REPLICAS_ATTACHED,
+                );
                 out.events.push(EventSpec::normal(
                     r,
                     "Replicate",
                     format!("attached replicas: {}", attached.join(", ")),
                 ));
             }
-            out.progress = Some((
-                reason::ADDING_NODES,
+            out.progress = Some(Progress::new(
+                Activity::AddingNodes,
                 format!(
                     "attaching {} replicas ({waiting} waiting for gossip)",
                     attachments.len()
                 ),
             ));
         }
-        Step::MigrateSlots { source, moves } => {
-            let atomic: Vec<commands::AtomicMove> = moves
-                .iter()
-                .map(|(id, _, ranges)| commands::AtomicMove {
-                    ranges: ranges.clone(),
-                    target_id: id.clone(),
-                })
-                .collect();
-            let shards: Vec<String> = moves.iter().map(|(_, s, _)| s.to_string()).collect();
-            match commands::migrate_slots_atomic(pool, source, &atomic, MIGRATION_TIMEOUT).await {
-                Ok(n) if n > 0 => {
-                    out.acted = true;
-                    out.events.push(EventSpec::normal(
-                        "SlotsRebalancing",
-                        "MigrateSlots",
-                        format!(
-                            "moved {n} slots from {source} to shard(s) {}",
-                            shards.join(", ")
-                        ),
-                    ));
+        Step::MigrateSlots {
+            transfers,
+            by_key,
+            others,
+        } => out = migrate(pool, transfers, *by_key, others).await,
+        Step::FinishOpenSlots { primaries } => {
+            let addrs: Vec<String> = primaries.iter().map(ToString::to_string).collect();
+            match commands::finish_open_slots(pool, &addrs, &KeyMigrationOptions::default()).await {
+                Ok(done) => {
+                    out.acted = !done.is_empty();
+                    info!(slots = done.len(), "finished half-migrated slots");
                 }
-                Ok(_) => {}
                 Err(e) => {
-                    warn!(source, error = %e, "slot migration failed");
-                    out.events.push(EventSpec::warning(
-                        "SlotRebalanceFailed",
-                        "MigrateSlots",
-                        format!("moving slots from {source}: {e}"),
+                    warn!(error = %e, "finishing half-migrated slots failed");
+                    out.failure = Some(StepFailure::new(
+                        FailureKind::RebalanceFailed,
+                        format!("finishing half-migrated slots: {e}"),
                     ));
-                    out.failure = Some((reason::REBALANCE_FAILED, format!("moving slots: {e}")));
                 }
             }
-            out.progress = Some((
-                reason::REBALANCING_SLOTS,
-                format!("moving slots to shard(s) {}", shards.join(", ")),
+            out.progress = Some(Progress::new(
+                Activity::RebalancingSlots,
+                "finishing slots left half-migrated",
             ));
         }
         Step::Failover {
@@ -222,43 +242,44 @@ pub async fn execute(pool: &NodePool, step: &Step) -> Outcome {
                 _ => "its pod is gone; forcing an election",
             };
             out.events.push(EventSpec::normal(
-                "FailoverInitiated",
+                event::FAILOVER_INITIATED,
                 "Failover",
                 format!("shard {shard}: primary {failed} is down and {why} with {replica}"),
             ));
-            match commands::failover(pool, replica, *mode, FAILOVER_TIMEOUT).await {
+            match commands::failover(pool, &replica.to_string(), *mode, FAILOVER_TIMEOUT).await {
                 Ok(promoted) => {
                     out.acted = promoted;
-                    info!(replica, shard, failed, ?mode, "failover done");
+                    info!(%replica, shard, failed, ?mode, "failover done");
                 }
                 Err(e @ CommandError::Timeout { .. }) => {
-                    warn!(replica, shard, error = %e, "failover timed out");
+                    warn!(%replica, shard, error = %e, "failover timed out");
                     out.events.push(EventSpec::warning(
-                        "FailoverTimeout",
+                        event::FAILOVER_TIMEOUT,
                         "Failover",
                         format!("shard {shard}: {replica} did not become primary: {e}"),
                     ));
                 }
                 Err(e) => {
-                    warn!(replica, shard, error = %e, "failover failed");
+                    warn!(%replica, shard, error = %e, "failover failed");
                     out.events.push(EventSpec::warning(
-                        "FailoverFailed",
+                        event::FAILOVER_FAILED,
                         "Failover",
                         format!("shard {shard}: failover ({mode:?}) by {replica}: {e}"),
                     ));
                 }
             }
-            out.progress = Some((
-                reason::RECONCILING,
+            out.progress = Some(Progress::new(
+                Activity::Reconciling,
                 format!("shard {shard}: promoting {replica} after its primary failed"),
             ));
         }
         Step::Forget { node_id, addrs } => {
-            match commands::forget_everywhere(pool, addrs, node_id).await {
+            let addrs: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+            match commands::forget_everywhere(pool, &addrs, node_id).await {
                 Ok(n) if n > 0 => {
                     out.acted = true;
                     out.events.push(EventSpec::normal(
-                        "StaleNodeForgotten",
+                        event::STALE_NODE_FORGOTTEN,
                         "Forget",
                         format!("forgot failed node {node_id} on {n} nodes"),
                     ));
@@ -270,45 +291,217 @@ pub async fn execute(pool: &NodePool, step: &Step) -> Outcome {
                 Err(e) => {
                     warn!(node = %node_id, error = %e, "forget failed");
                     out.events.push(EventSpec::warning(
-                        "NodeForgetFailed",
+                        event::NODE_FORGET_FAILED,
                         "Forget",
                         format!("forgetting {node_id}: {e}"),
                     ));
                 }
             }
-            out.progress = Some((
-                reason::RECONCILING,
+            out.progress = Some(Progress::new(
+                Activity::Reconciling,
                 format!("forgetting failed node {node_id}"),
             ));
         }
+        Step::Retire {
+            forget,
+            at,
+            reset,
+            names,
+        } => {
+            let Some(nodes) = actor.nodes else {
+                return out;
+            };
+            out = retire(pool, nodes, forget, at, reset, names).await;
+        }
+        Step::HandOver {
+            replica,
+            shard,
+            primary,
+        } => out = hand_over(pool, *replica, *shard, primary).await,
+        Step::AuthorizeRoll { node } => {
+            let Some(nodes) = actor.nodes else {
+                return out;
+            };
+            let name = node.name_any();
+            info!(node = %name, "authorizing the roll of a node");
+            match apply::apply_now(nodes, node.as_ref()).await {
+                Ok(_) => out.acted = true,
+                Err(e) => warn!(node = %name, error = %e, "authorizing a roll failed"),
+            }
+        }
     }
+    out
+}
+
+/// Runs the transfers of one migration batch concurrently.
+async fn migrate(
+    pool: &NodePool,
+    transfers: &[Transfer],
+    by_key: bool,
+    others: &[SocketAddr],
+) -> Outcome {
+    let others: Vec<String> = others.iter().map(ToString::to_string).collect();
+    let results = futures::future::join_all(transfers.iter().map(|t| {
+        let others = &others;
+        async move {
+            let src = t.source.to_string();
+            let r = if by_key {
+                let slots: Vec<u16> = t.ranges.iter().flat_map(|r| r.iter()).collect();
+                let opts = KeyMigrationOptions::default();
+                let tgt = t.target.to_string();
+                commands::migrate_slot_keys(pool, &src, &tgt, &slots, others, &opts)
+                    .await
+                    .map(|keys| (t.slot_count(), Some(keys)))
+            } else {
+                let mv = [commands::AtomicMove {
+                    ranges: t.ranges.clone(),
+                    target_id: t.target_id.clone(),
+                }];
+                commands::migrate_slots_atomic(pool, &src, &mv, MIGRATION_TIMEOUT)
+                    .await
+                    .map(|n| (n, None))
+            };
+            (t, r)
+        }
+    }))
+    .await;
+    let mut out = Outcome::default();
+    let mut moved = Moved::default();
+    for (t, r) in results {
+        let (what, ok_reason, failed_reason) = if t.draining {
+            ("draining", event::SLOTS_DRAINING, event::DRAIN_FAILED)
+        } else {
+            (
+                "moving",
+                event::SLOTS_REBALANCING,
+                event::SLOT_REBALANCE_FAILED,
+            )
+        };
+        let route = format!(
+            "{} slots from shard {} ({}) to shard {} ({})",
+            t.slot_count(),
+            t.source_shard,
+            t.source,
+            t.target_shard,
+            t.target
+        );
+        match r {
+            Ok((slots, keys)) => {
+                out.acted |= slots > 0;
+                moved.slots += slots;
+                moved.keys = match (moved.keys, keys) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                };
+                if slots > 0 {
+                    out.events.push(EventSpec::normal(
+                        ok_reason,
+                        "MigrateSlots",
+                        format!("{what} {route}"),
+                    ));
+                }
+            }
+            Err(e) => {
+                warn!(source = %t.source, target = %t.target, error = %e, "slot migration failed");
+                out.events.push(EventSpec::warning(
+                    failed_reason,
+                    "MigrateSlots",
+                    format!("{what} {route}: {e}"),
+                ));
+                out.failure = Some(StepFailure::new(
+                    FailureKind::RebalanceFailed,
+                    format!("{what} {route}: {e}"),
+                ));
+            }
+        }
+    }
+    let routes: Vec<String> = transfers
+        .iter()
+        .map(|t| format!("shard {} -> {}", t.source_shard, t.target_shard))
+        .collect();
+    out.progress = Some(Progress::new(
+        Activity::RebalancingSlots,
+        format!("moving slots: {}", routes.join(", ")),
+    ));
+    out.moved = Some(moved);
+    out
+}
+
+/// Forgets retiring nodes on every member of the layout (replicas first), resets them so
+/// they stop gossiping, then deletes their ValkeyNodes. Each part is idempotent; a failed
+/// forget stops before anything is deleted.
+async fn retire(
+    pool: &NodePool,
+    nodes: &Api<ValkeyNode>,
+    forget: &[String],
+    at: &[SocketAddr],
+    reset: &[SocketAddr],
+    names: &[String],
+) -> Outcome {
+    let mut out = Outcome::default();
+    let at: Vec<String> = at.iter().map(ToString::to_string).collect();
+    for id in forget {
+        match commands::forget_everywhere(pool, &at, id).await {
+            Ok(n) => out.acted |= n > 0,
+            Err(e) => {
+                warn!(node = %id, error = %e, "forgetting a retiring node failed");
+                out.events.push(EventSpec::warning(
+                    event::NODE_FORGET_FAILED,
+                    "Forget",
+                    format!("forgetting retiring node {id}: {e}"),
+                ));
+                return out;
+            }
+        }
+    }
+    for addr in reset {
+        if let Err(e) = commands::reset_soft(pool, &addr.to_string()).await {
+            info!(%addr, error = %e, "resetting a retiring node failed (it is deleted anyway)");
+        }
+    }
+    for name in names {
+        match apply::delete(nodes, name).await {
+            Ok(true) => {
+                out.acted = true;
+                out.events.push(EventSpec::normal(
+                    event::VALKEY_NODE_DELETED,
+                    "Delete",
+                    format!("deleted surplus ValkeyNode {name}"),
+                ));
+            }
+            Ok(false) => {}
+            Err(e) => warn!(node = %name, error = %e, "deleting a surplus ValkeyNode failed"),
+        }
+    }
+    out.progress = Some(Progress::new(
+        Activity::Reconciling,
+        format!("removing {} surplus nodes", names.len()),
+    ));
     out
 }
 
 /// Hands the slots of a primary about to be rolled to its replica with a coordinated
 /// `CLUSTER FAILOVER` (the primary stops writes until the replica has caught up, so no
 /// acknowledged write is lost).
-pub async fn roll_failover(pool: &NodePool, replica: &str, shard: i32, primary: &str) -> Outcome {
+async fn hand_over(pool: &NodePool, replica: SocketAddr, shard: i32, primary: &str) -> Outcome {
     let mut out = Outcome::default();
     out.events.push(EventSpec::normal(
-        "FailoverInitiated",
+        event::FAILOVER_INITIATED,
         "Failover",
         format!("shard {shard}: handing over to {replica} before rolling {primary}"),
     ));
-    match commands::failover(pool, replica, FailoverMode::Default, FAILOVER_TIMEOUT).await {
+    let addr = replica.to_string();
+    match commands::failover(pool, &addr, FailoverMode::Default, FAILOVER_TIMEOUT).await {
         Ok(promoted) => {
             out.acted = promoted;
-            info!(
-                replica,
-                shard, primary, "coordinated failover before a roll done"
-            );
+            info!(%replica, shard, primary, "coordinated failover before a roll done");
         }
         Err(e) => {
-            warn!(replica, shard, error = %e, "coordinated failover before a roll failed");
+            warn!(%replica, shard, error = %e, "coordinated failover before a roll failed");
             let reason = if matches!(e, CommandError::Timeout { .. }) {
-                "FailoverTimeout"
+                event::FAILOVER_TIMEOUT
             } else {
-                "FailoverFailed"
+                event::FAILOVER_FAILED
             };
             out.events.push(EventSpec::warning(
                 reason,
@@ -317,8 +510,8 @@ pub async fn roll_failover(pool: &NodePool, replica: &str, shard: i32, primary: 
             ));
         }
     }
-    out.progress = Some((
-        reason::UPDATING_NODES,
+    out.progress = Some(Progress::new(
+        Activity::UpdatingNodes,
         format!("shard {shard}: handing over to {replica} before rolling {primary}"),
     ));
     out

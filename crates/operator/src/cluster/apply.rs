@@ -1,14 +1,25 @@
-//! Server-side apply of owned objects, skipped when the observed object already carries every
-//! field the operator renders (so an idle cluster makes no writes).
+//! Applying the built objects: server-side apply of each child, skipped when the observed
+//! object already carries every field the operator renders (so an idle cluster makes no
+//! writes), with the contract's events; a child that is no longer desired (the
+//! PodDisruptionBudget of `mode: Disabled`) is deleted. Surplus ValkeyNodes are not deleted
+//! here: removing a node is a planned step (see [`super::plan`]).
 
 use std::fmt::Debug;
 
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::{Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use valkey_api::ValkeyNode;
 use valkey_api::labels::CLUSTER_FIELD_MANAGER;
+use valkey_api::status::event;
+
+use super::build::Desired;
+use super::observe::Observed;
+use crate::status::{Child, ChildFailure, EventSpec};
 
 /// What applying one object did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,8 +69,31 @@ pub fn needs_apply(desired: &Value, observed: &Value, exact: &[&str]) -> bool {
     !is_subset(&d, &o) || exact.iter().any(|k| d.get(*k) != o.get(*k))
 }
 
-/// Applies `desired` (server-side, forced, with the cluster controller's field manager) unless
-/// `observed` already matches it.
+fn body<K>(desired: &K) -> Result<Value, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Serialize,
+{
+    let mut body = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
+    if let Some(obj) = body.as_object_mut() {
+        obj.insert("apiVersion".into(), K::api_version(&()).into());
+        obj.insert("kind".into(), K::kind(&()).into());
+        obj.remove("status");
+    }
+    Ok(body)
+}
+
+/// Applies `desired` (server-side, forced, with the cluster controller's field manager).
+pub async fn apply_now<K>(api: &Api<K>, desired: &K) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let pp = PatchParams::apply(CLUSTER_FIELD_MANAGER).force();
+    api.patch(&desired.name_any(), &pp, &Patch::Apply(&body(desired)?))
+        .await?;
+    Ok(())
+}
+
+/// Applies `desired` (see [`apply_now`]) unless `observed` already matches it.
 pub async fn apply<K>(
     api: &Api<K>,
     desired: &K,
@@ -69,16 +103,9 @@ pub async fn apply<K>(
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
-    let name = desired.name_any();
-    let mut body = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
-    if let Some(obj) = body.as_object_mut() {
-        obj.insert("apiVersion".into(), K::api_version(&()).into());
-        obj.insert("kind".into(), K::kind(&()).into());
-        obj.remove("status");
-    }
     if let Some(o) = observed {
         let ov = serde_json::to_value(o).map_err(kube::Error::SerdeError)?;
-        let mut dv = body.clone();
+        let mut dv = body(desired)?;
         if let (Some(d), Some(ovo)) = (dv.as_object_mut(), ov.as_object()) {
             // apiVersion/kind are not serialized on typed k8s-openapi objects read back.
             for k in ["apiVersion", "kind"] {
@@ -91,8 +118,7 @@ where
             return Ok(Applied::Unchanged);
         }
     }
-    let pp = PatchParams::apply(CLUSTER_FIELD_MANAGER).force();
-    api.patch(&name, &pp, &Patch::Apply(&body)).await?;
+    apply_now(api, desired).await?;
     Ok(if observed.is_some() {
         Applied::Updated
     } else {
@@ -110,6 +136,200 @@ where
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// The contract's events of a child: created, updated, and the Warning when applying fails.
+struct Events {
+    created: Option<&'static str>,
+    updated: Option<&'static str>,
+    failed: Option<&'static str>,
+}
+
+impl Child {
+    fn events(self) -> Events {
+        let (created, updated, failed) = match self {
+            Child::SystemUsers => (
+                Some(event::INTERNAL_SECRETS_CREATED),
+                Some(event::INTERNAL_SECRETS_UPDATED),
+                None,
+            ),
+            Child::Service => (
+                Some(event::SERVICE_CREATED),
+                Some(event::SERVICE_UPDATED),
+                Some(event::SERVICE_UPDATE_FAILED),
+            ),
+            Child::ConfigMap => (
+                Some(event::CONFIG_MAP_CREATED),
+                Some(event::CONFIG_MAP_UPDATED),
+                Some(event::CONFIG_MAP_UPDATE_FAILED),
+            ),
+            Child::PodDisruptionBudget => {
+                (Some(event::PDB_CREATED), Some(event::PDB_UPDATED), None)
+            }
+            // ValkeyNodes are counted and reported once per pass (see `ApplyReport`).
+            Child::UsersAcl | Child::ValkeyNode => (None, None, None),
+        };
+        Events {
+            created,
+            updated,
+            failed,
+        }
+    }
+
+    /// Top-level keys compared exactly (a removed entry matters there).
+    fn exact(self) -> &'static [&'static str] {
+        match self {
+            Child::SystemUsers | Child::UsersAcl | Child::ConfigMap => &["data"],
+            Child::ValkeyNode => &["spec"],
+            Child::Service | Child::PodDisruptionBudget => &[],
+        }
+    }
+}
+
+/// What applying the children of a pass did.
+#[derive(Debug, Default)]
+pub struct ApplyReport {
+    /// Events to publish.
+    pub events: Vec<EventSpec>,
+    /// The first child that failed.
+    pub failure: Option<ChildFailure>,
+    /// ValkeyNodes created.
+    pub created_nodes: usize,
+    /// ValkeyNodes updated.
+    pub updated_nodes: usize,
+}
+
+impl ApplyReport {
+    fn record(&mut self, child: Child, name: &str, r: Result<Applied, kube::Error>) {
+        let ev = child.events();
+        match r {
+            Ok(Applied::Created) if child == Child::ValkeyNode => self.created_nodes += 1,
+            Ok(Applied::Updated) if child == Child::ValkeyNode => self.updated_nodes += 1,
+            Ok(Applied::Created) => self.events.extend(
+                ev.created
+                    .map(|r| EventSpec::normal(r, "Apply", format!("created {name}"))),
+            ),
+            Ok(Applied::Updated) => self.events.extend(
+                ev.updated
+                    .map(|r| EventSpec::normal(r, "Apply", format!("updated {name}"))),
+            ),
+            Ok(Applied::Unchanged) => {}
+            Err(e) => {
+                self.events.extend(
+                    ev.failed
+                        .map(|r| EventSpec::warning(r, "Apply", e.to_string())),
+                );
+                self.failure
+                    .get_or_insert_with(|| ChildFailure::new(child, e.to_string()));
+            }
+        }
+    }
+
+    fn deleted(&mut self, child: Child, name: &str, r: Result<bool, kube::Error>) {
+        match r {
+            Ok(true) if child == Child::PodDisruptionBudget => self.events.push(EventSpec::normal(
+                event::PDB_DELETED,
+                "Delete",
+                format!("deleted {name} (mode Disabled)"),
+            )),
+            Ok(_) => {}
+            Err(e) => {
+                self.failure
+                    .get_or_insert_with(|| ChildFailure::new(child, e.to_string()));
+            }
+        }
+    }
+
+    /// The nodes' events: one for all created, one for all updated.
+    fn node_events(&mut self) {
+        if self.created_nodes > 0 {
+            self.events.push(EventSpec::normal(
+                event::VALKEY_NODE_CREATED,
+                "Apply",
+                format!("created {} ValkeyNodes", self.created_nodes),
+            ));
+        }
+        if self.updated_nodes > 0 {
+            self.events.push(EventSpec::normal(
+                event::VALKEY_NODE_UPDATED,
+                "Apply",
+                format!("updated {} ValkeyNodes", self.updated_nodes),
+            ));
+        }
+    }
+}
+
+/// Applies every child of `desired` in the namespace `ns` (in order: Secrets, Service,
+/// ConfigMap, PodDisruptionBudget, ValkeyNodes), and deletes the PodDisruptionBudget when it is
+/// no longer desired. Failures are reported, not returned: the pass goes on.
+pub async fn apply_all(
+    client: &Client,
+    ns: &str,
+    desired: &Desired,
+    observed: &Observed,
+) -> ApplyReport {
+    let mut report = ApplyReport::default();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let mut secret_children = vec![(
+        Child::SystemUsers,
+        &desired.system_secret,
+        &observed.system_secret,
+    )];
+    match &desired.acl {
+        Ok((_, secret)) => secret_children.push((Child::UsersAcl, secret, &observed.acl_secret)),
+        Err(e) => report.failure = Some(e.failure()),
+    }
+    for (child, obj, seen) in secret_children {
+        let r = apply(&secrets, obj, seen.as_ref(), child.exact()).await;
+        report.record(child, &obj.name_any(), r);
+    }
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    let r = apply(
+        &services,
+        &desired.service,
+        observed.service.as_ref(),
+        Child::Service.exact(),
+    )
+    .await;
+    report.record(Child::Service, &desired.service.name_any(), r);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let child = Child::ConfigMap;
+    let r = apply(
+        &config_maps,
+        &desired.config_map,
+        observed.config_map.as_ref(),
+        child.exact(),
+    )
+    .await;
+    report.record(child, &desired.config_map.name_any(), r);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    let child = Child::PodDisruptionBudget;
+    match (&desired.pdb, &observed.pdb) {
+        (Some(pdb), seen) => {
+            let r = apply(&pdbs, pdb, seen.as_ref(), child.exact()).await;
+            report.record(child, &pdb.name_any(), r);
+        }
+        (None, Some(orphan)) => {
+            let name = orphan.name_any();
+            let r = delete(&pdbs, &name).await;
+            report.deleted(child, &name, r);
+        }
+        (None, None) => {}
+    }
+    let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), ns);
+    for node in &desired.nodes {
+        let name = node.name_any();
+        let r = apply(
+            &nodes,
+            node,
+            observed.node(&name),
+            Child::ValkeyNode.exact(),
+        )
+        .await;
+        report.record(Child::ValkeyNode, &name, r);
+    }
+    report.node_events();
+    report
 }
 
 #[cfg(test)]

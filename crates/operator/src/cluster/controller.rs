@@ -1,33 +1,34 @@
-//! The ValkeyCluster reconcile pass and the controller loop.
+//! The ValkeyCluster reconcile pass, as a list of stages, and the controller loop.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use tracing::{debug, info, warn};
-use valkey_api::labels::{self, CLUSTER_FIELD_MANAGER};
-use valkey_api::{ValkeyCluster, ValkeyNode};
+use tracing::{debug, info, instrument, warn};
+use valkey_api::{ValkeyCluster, ValkeyNode, labels};
+use valkey_ops::Layout;
 use valkey_ops::client::{ClientConfig, NodePool};
 
-use super::apply::{self, Applied};
-use super::observe;
-use super::roll::{self, RollStep};
-use super::topology::{self, Desired};
-use super::{act, desired, live, operation};
+use super::act::{self, Actor};
+use super::apply::{self, ApplyReport};
+use super::build;
+use super::live;
+use super::observe::{self, ObserveError, Observed};
+use super::plan::{self, Balance, Plan};
+use super::report::{self, Report, ReportError};
+use crate::context::Shared;
 use crate::metrics::Metrics;
-use crate::render;
-use crate::status::{self, EventSpec, Facts, reason};
+use crate::status::{Activity, Facts, Progress, TopologyFacts};
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "valkeycluster";
@@ -35,9 +36,12 @@ pub const CONTROLLER: &str = "valkeycluster";
 /// Errors of a reconcile pass (the pass is retried with backoff).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A Kubernetes API call failed.
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
+    /// Observation failed.
+    #[error(transparent)]
+    Observe(#[from] ObserveError),
+    /// Reporting failed.
+    #[error(transparent)]
+    Report(#[from] ReportError),
     /// The object lacks a namespace (the CRD is namespaced, so this is a bug elsewhere).
     #[error("ValkeyCluster has no namespace")]
     NoNamespace,
@@ -45,34 +49,24 @@ pub enum Error {
 
 /// Shared state of the controller.
 pub struct Context {
-    /// Kubernetes client.
-    pub client: Client,
-    /// Event recorder.
-    pub recorder: Recorder,
-    /// Operator metrics.
-    pub metrics: Arc<Metrics>,
-    /// Connection pools per cluster (`namespace/name`), with the password they use.
+    /// Client, recorder and metrics.
+    pub shared: Shared,
+    /// Connection pools per cluster (`namespace/name`), with the credentials they use.
     pools: Mutex<HashMap<String, (String, NodePool)>>,
 }
 
 impl Context {
     /// A context for `client`.
     pub fn new(client: Client, metrics: Arc<Metrics>) -> Self {
-        let reporter = Reporter {
-            controller: "valkey-operator".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-            metrics,
+            shared: Shared::new(client, metrics),
             pools: Mutex::default(),
         }
     }
 
     /// The pool of a cluster, recreated when the password or the TLS CA changes. With TLS the
     /// server certificate is verified against the pod IP (it needs an IP SAN).
-    fn pool(&self, key: &str, password: &str, tls_ca: Option<&[u8]>) -> NodePool {
+    pub fn pool(&self, key: &str, password: &str, tls_ca: Option<&[u8]>) -> NodePool {
         let ca_hash = tls_ca.map(|ca| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(ca)));
         let fingerprint = format!("{password}\n{}", ca_hash.unwrap_or_default());
         let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
@@ -99,442 +93,216 @@ impl Context {
     }
 }
 
-async fn publish(ctx: &Context, vc: &ValkeyCluster, events: &[EventSpec]) {
-    let reference = vc.object_ref(&());
-    for e in events {
-        let ev = Event {
-            type_: if e.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: e.reason.to_owned(),
-            note: Some(e.note.chars().take(1000).collect()),
-            action: e.action.to_owned(),
-            secondary: None,
-        };
-        if let Err(err) = ctx.recorder.publish(&ev, &reference).await {
-            warn!(reason = e.reason, error = %err, "publishing event failed");
-        }
-    }
-}
-
-fn applied_event(
-    what: Applied,
-    created: &'static str,
-    updated: &'static str,
-    name: &str,
-) -> Option<EventSpec> {
-    match what {
-        Applied::Created => Some(EventSpec::normal(
-            created,
-            "Apply",
-            format!("created {name}"),
-        )),
-        Applied::Updated => Some(EventSpec::normal(
-            updated,
-            "Apply",
-            format!("updated {name}"),
-        )),
-        Applied::Unchanged => None,
-    }
-}
-
 /// One reconcile pass.
 pub async fn reconcile(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let r = reconcile_inner(&vc, &ctx).await;
-    ctx.metrics
-        .reconciled(CONTROLLER, started.elapsed(), r.is_err());
-    r
+    let metrics = ctx.shared.metrics.clone();
+    metrics.reconcile(CONTROLLER, pass(&vc, &ctx)).await
 }
 
-async fn reconcile_inner(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
+/// observe → build → apply → plan → act → report.
+#[instrument(skip_all, fields(cluster = %format!("{}/{}", vc.namespace().unwrap_or_default(), vc.name_any())))]
+async fn pass(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
     let ns = vc.namespace().ok_or(Error::NoNamespace)?;
-    let name = vc.name_any();
-    let key = format!("{ns}/{name}");
+    let key = format!("{ns}/{}", vc.name_any());
     if vc.meta().deletion_timestamp.is_some() {
         ctx.drop_pool(&key);
-        ctx.metrics.forget_cluster(&ns, &name);
+        ctx.shared.metrics.forget_cluster(&ns, &vc.name_any());
         return Ok(Action::await_change());
     }
-    let client = &ctx.client;
-    let owner = render::owner_reference(vc);
-    let spec = &vc.spec;
-    let selector = format!("{}={}", labels::CLUSTER, name);
-    let lp = ListParams::default().labels(&selector);
+    let client = &ctx.shared.client;
+    let nodes_api: Api<ValkeyNode> = Api::namespaced(client.clone(), &ns);
 
-    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
-    let vnodes: Api<ValkeyNode> = Api::namespaced(client.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let observed = observe::observe(ctx, vc, &key).await?;
+    let desired = build::build(vc, &observed);
+    let applied = apply::apply_all(client, &ns, &desired, &observed).await;
+    let plan = plan::plan(&plan::Input {
+        layout: layout(vc),
+        topology: &observed.topology,
+        pod_ips: &observed.pod_ips,
+        nodes: &observed.nodes,
+        desired_nodes: &desired.nodes,
+    });
 
-    let mut events = Vec::new();
-    let mut apply_error: Option<(&'static str, String)> = None;
-    let mut progress: Option<(&'static str, String)> = None;
-
-    // Observe children.
-    let svc_name = render::names::service_name(&name);
-    let cm_name = render::names::config_map_name(&name);
-    let sys_name = render::names::system_secret_name(&name);
-    let acl_name = render::names::acl_secret_name(&name);
-    let pdb_name = render::names::pdb_name(&name);
-    let observed_svc = services.get_opt(&svc_name).await?;
-    let observed_cm = config_maps.get_opt(&cm_name).await?;
-    let observed_sys = secrets.get_opt(&sys_name).await?;
-    let observed_acl = secrets.get_opt(&acl_name).await?;
-    let observed_pdb = pdbs.get_opt(&pdb_name).await?;
-    let observed_nodes: Vec<ValkeyNode> = vnodes.list(&lp).await?.items;
-    let observed_pods: Vec<Pod> = pods.list(&lp).await?.items;
-
-    // System passwords (kept) and user passwords.
-    let passwords = render::secrets::system_passwords(observed_sys.as_ref());
-    let mut user_secrets = BTreeMap::new();
-    for s in render::acl::referenced_secrets(spec) {
-        if let Some(sec) = secrets.get_opt(&s).await? {
-            user_secrets.insert(s, sec);
-        }
-    }
-
-    // Build and apply.
-    let sys = render::secrets::system_secret(&name, &ns, &passwords, owner.clone());
-    match apply::apply(&secrets, &sys, observed_sys.as_ref(), &["data"]).await {
-        Ok(a) => events.extend(applied_event(
-            a,
-            "InternalSecretsCreated",
-            "InternalSecretsUpdated",
-            &sys_name,
-        )),
-        Err(e) => apply_error = Some((reason::SYSTEM_USERS_ACL_ERROR, e.to_string())),
-    }
-    let acl_file = match render::acl::resolve_user_passwords(spec, &user_secrets) {
-        Ok(users) => Some(render::acl::render_acl_file(spec, &passwords, &users)),
-        Err(e) => {
-            apply_error.get_or_insert((reason::USERS_ACL_ERROR, e.to_string()));
-            None
-        }
-    };
-    if let Some(acl) = &acl_file {
-        let sec = render::secrets::acl_secret(&name, &ns, &acl.content, owner.clone());
-        if let Err(e) = apply::apply(&secrets, &sec, observed_acl.as_ref(), &["data"]).await {
-            apply_error.get_or_insert((reason::USERS_ACL_ERROR, e.to_string()));
-        }
-    }
-    let svc = render::service::service(&name, &ns, owner.clone());
-    match apply::apply(&services, &svc, observed_svc.as_ref(), &[]).await {
-        Ok(a) => events.extend(applied_event(
-            a,
-            "ServiceCreated",
-            "ServiceUpdated",
-            &svc_name,
-        )),
-        Err(e) => {
-            events.push(EventSpec::warning(
-                "ServiceUpdateFailed",
-                "Apply",
-                e.to_string(),
-            ));
-            apply_error.get_or_insert((reason::SERVICE_ERROR, e.to_string()));
-        }
-    }
-    let cm = render::config::config_map(&name, &ns, spec, owner.clone());
-    match apply::apply(&config_maps, &cm, observed_cm.as_ref(), &["data"]).await {
-        Ok(a) => events.extend(applied_event(
-            a,
-            "ConfigMapCreated",
-            "ConfigMapUpdated",
-            &cm_name,
-        )),
-        Err(e) => {
-            events.push(EventSpec::warning(
-                "ConfigMapUpdateFailed",
-                "Apply",
-                e.to_string(),
-            ));
-            apply_error.get_or_insert((reason::CONFIG_MAP_ERROR, e.to_string()));
-        }
-    }
-    match render::pdb::pod_disruption_budget(&name, &ns, spec, owner.clone()) {
-        Some(pdb) => match apply::apply(&pdbs, &pdb, observed_pdb.as_ref(), &[]).await {
-            Ok(a) => events.extend(applied_event(
-                a,
-                "PodDisruptionBudgetCreated",
-                "PodDisruptionBudgetUpdated",
-                &pdb_name,
-            )),
-            Err(e) => {
-                apply_error.get_or_insert((reason::PDB_ERROR, e.to_string()));
-            }
-        },
-        None if observed_pdb.is_some() => match apply::delete(&pdbs, &pdb_name).await {
-            Ok(_) => events.push(EventSpec::normal(
-                "PodDisruptionBudgetDeleted",
-                "Delete",
-                format!("deleted {pdb_name} (mode Disabled)"),
-            )),
-            Err(e) => {
-                apply_error.get_or_insert((reason::PDB_ERROR, e.to_string()));
-            }
-        },
-        None => {}
-    }
-
-    // Live views (needed before deleting surplus nodes that may still own slots).
-    let tls_ca = match spec.tls_secret_name() {
-        Some(n) => secrets
-            .get_opt(n)
-            .await?
-            .and_then(|s| s.data?.get("ca.crt").map(|b| b.0.clone())),
-        None => None,
-    };
-    if spec.tls_secret_name().is_some() && tls_ca.is_none() {
-        apply_error.get_or_insert((
-            reason::SERVICE_ERROR,
-            "the TLS Secret is missing or has no ca.crt".to_owned(),
-        ));
-    }
-    let pool = ctx.pool(&key, &passwords.operator, tls_ca.as_deref());
-    let members = observe::members(&pool, &observed_pods).await;
-    // Roles come from the live view; patched only when they change.
-    for (node, role) in observe::role_updates(&observed_nodes, &members) {
-        let patch = serde_json::json!({ "status": { "role": role } });
-        if let Err(e) = vnodes
-            .patch_status(&node, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            debug!(node = %node, error = %e, "could not record the live role");
-        }
-    }
-
-    let desired_layout = Desired {
-        shards: spec.shards.max(0),
-        replicas: spec.replicas.max(0),
-    };
-    // The topology step of this pass, and when there is none, the next rolling-update step.
-    let in_layout: Vec<_> = members
-        .iter()
-        .filter(|m| m.shard < desired_layout.shards && m.index <= desired_layout.replicas)
-        .cloned()
-        .collect();
-    let pod_ips = observe::pod_ips(&observed_pods);
-    let step = topology::next_step(desired_layout, &in_layout, Some(&pod_ips));
-    let layout_nodes: Vec<ValkeyNode> = observed_nodes
-        .iter()
-        .filter(|n| {
-            n.spec.shard_index < desired_layout.shards
-                && n.spec.node_index <= desired_layout.replicas
-        })
-        .cloned()
-        .collect();
-    let roll_step = if step.is_none() {
-        let (t, _) = topology::analyze(desired_layout, &in_layout);
-        let healthy = t.cluster_ok
-            && t.missing_shards == 0
-            && t.missing_replicas == 0
-            && t.unjoined_nodes == 0;
-        roll::next_roll(&layout_nodes, &in_layout, healthy)
-    } else {
-        None
-    };
-    if let Some(p) = roll::progress(&layout_nodes) {
-        progress = Some((reason::UPDATING_NODES, p));
-    }
-    let authorize = match &roll_step {
-        Some(RollStep::Authorize { node }) => {
-            info!(cluster = %key, node = %node, "authorizing the roll of a node");
-            Some(node.as_str())
-        }
-        _ => None,
-    };
-    let want = desired::valkey_nodes(
-        vc,
-        acl_file.as_ref(),
-        owner.clone(),
-        &observed_nodes,
-        authorize,
+    // Act: the one step, then the live changes (CONFIG SET, ACL LOAD) that need no planning.
+    let pool = ctx.pool(
+        &key,
+        &observed.passwords.operator,
+        observed.tls_ca.as_deref(),
     );
-    let (mut created, mut updated) = (0, 0);
-    for vn in &want {
-        let observed = observed_nodes
-            .iter()
-            .find(|o| o.name_any() == vn.name_any());
-        match apply::apply(&vnodes, vn, observed, &["spec"]).await {
-            Ok(Applied::Created) => created += 1,
-            Ok(Applied::Updated) => updated += 1,
-            Ok(Applied::Unchanged) => {}
-            Err(e) => {
-                apply_error.get_or_insert((reason::VALKEY_NODE_ERROR, e.to_string()));
+    let actor = Actor {
+        pool: &pool,
+        nodes: Some(&nodes_api),
+    };
+    let outcome = match &plan.step {
+        Some(step) => {
+            debug!(step = ?step, "executing");
+            let out = act::execute(&actor, step).await;
+            if out.acted {
+                ctx.shared.metrics.step(step.kind());
+                info!(kind = step.kind(), "step executed");
             }
+            out
         }
-    }
-    if created > 0 {
-        events.push(EventSpec::normal(
-            "ValkeyNodeCreated",
-            "Apply",
-            format!("created {created} ValkeyNodes"),
-        ));
-        progress = Some((
-            reason::ADDING_NODES,
-            format!("created {created} ValkeyNodes"),
-        ));
-    }
-    if updated > 0 {
-        events.push(EventSpec::normal(
-            "ValkeyNodeUpdated",
-            "Apply",
-            format!("updated {updated} ValkeyNodes"),
-        ));
-        progress.get_or_insert((
-            reason::UPDATING_NODES,
-            format!("updated {updated} ValkeyNodes"),
-        ));
-    }
-    // Surplus ValkeyNodes: delete those whose pod holds no slots.
-    for o in &observed_nodes {
-        let (s, i) = (o.spec.shard_index, o.spec.node_index);
-        if s < desired_layout.shards && i <= desired_layout.replicas {
-            continue;
-        }
-        let owns_slots = members.iter().any(|m| {
-            m.shard == s
-                && m.index == i
-                && m.view
-                    .as_ref()
-                    .and_then(|v| v.nodes.myself())
-                    .is_some_and(|me| me.is_primary() && me.slot_count() > 0)
-        });
-        if owns_slots {
-            warn!(node = %o.name_any(), "surplus node still owns slots; scale-in of shards is not supported yet");
-            continue;
-        }
-        match apply::delete(&vnodes, &o.name_any()).await {
-            Ok(true) => events.push(EventSpec::normal(
-                "ValkeyNodeDeleted",
-                "Delete",
-                format!("deleted surplus ValkeyNode {}", o.name_any()),
-            )),
-            Ok(false) => {}
-            Err(e) => {
-                apply_error.get_or_insert((reason::VALKEY_NODE_ERROR, e.to_string()));
-            }
-        }
-    }
-
-    // One topology step, or the failover that hands a primary's slots over before its roll.
-    let mut step_failure = None;
-    let mut acted = authorize.is_some();
-    if let Some(RollStep::Failover {
-        replica,
-        shard,
-        primary,
-    }) = &roll_step
-    {
-        let out = act::roll_failover(&pool, replica, *shard, primary).await;
-        acted |= out.acted;
-        events.extend(out.events);
-        step_failure = out.failure;
-    }
-    if let Some(step) = &step {
-        debug!(cluster = %key, step = ?step, "topology step");
-        let out = act::execute(&pool, step).await;
-        if out.acted {
-            ctx.metrics.step(step.kind());
-            info!(cluster = %key, kind = step.kind(), "topology step executed");
-        }
-        acted = out.acted;
-        events.extend(out.events);
-        step_failure = out.failure;
-        if progress.is_none() {
-            progress = out.progress;
-        }
-    }
-    // Live changes: CONFIG SET and ACL LOAD where needed, conditions on the ValkeyNodes.
+        None => act::Outcome::default(),
+    };
     let now = Time(Timestamp::now());
     let live = live::reconcile(
         &pool,
-        &vnodes,
-        &ctx.recorder,
-        &want,
-        &observed_nodes,
-        &members,
+        &nodes_api,
+        &ctx.shared,
+        &desired.nodes,
+        &observed.nodes,
+        &observed.topology,
         &now,
     )
     .await;
-    if live.acl_pending > 0 {
-        progress.get_or_insert((
-            reason::UPDATING_NODES,
-            format!(
-                "waiting for {} pods to see the new ACL file",
-                live.acl_pending
+
+    report::record_roles(&nodes_api, &observed.nodes, &observed.topology).await;
+    let progress = progress(&plan, &applied, outcome.progress.clone(), &live);
+    let mut events = applied.events;
+    events.extend(outcome.events);
+    report::report(
+        ctx,
+        vc,
+        Report {
+            facts: facts(
+                vc,
+                &observed,
+                &plan,
+                applied.failure,
+                progress,
+                outcome.failure,
             ),
+            shards: plan.shards,
+            step: plan.step.as_ref(),
+            balance: &plan.balance,
+            moved: outcome.moved,
+            acted: outcome.acted,
+            events,
+            now,
+        },
+    )
+    .await
+    .map_err(Error::from)
+}
+
+fn layout(vc: &ValkeyCluster) -> Layout {
+    Layout {
+        shards: vc.spec.shards.max(0),
+        replicas: vc.spec.replicas.max(0),
+    }
+}
+
+/// What the cluster is busy with, most specific first: nodes just created, a rolling update,
+/// nodes updated, the step's own progress, pods waiting for the new ACL file.
+fn progress(
+    plan: &Plan,
+    applied: &ApplyReport,
+    step: Option<Progress>,
+    live: &live::Summary,
+) -> Option<Progress> {
+    if applied.created_nodes > 0 {
+        return Some(Progress::new(
+            Activity::AddingNodes,
+            format!("created {} ValkeyNodes", applied.created_nodes),
         ));
     }
-    let (topo, shard_statuses) = topology::analyze(desired_layout, &in_layout);
-    let unschedulable = observed_pods
-        .iter()
-        .find_map(observe::unschedulable_message);
-    let grace_period_warning = spec.grace_period_too_short().then(|| {
-        format!(
-            "terminationGracePeriodSeconds {} is below the recommended {} s (cluster-manual-failover-timeout + 10 s): a primary may be killed before its replica takes over",
-            spec.termination_grace_period_seconds(),
-            spec.recommended_termination_grace_period_seconds()
-        )
-    });
-    // A shard without a writer is watched closely: its takeover (or Valkey's own election)
-    // should be acted on or observed within a second.
-    let writer_missing = topo.missing_shards > 0;
-    let facts = Facts {
-        desired_shards: desired_layout.shards,
+    if let Some(p) = &plan.roll_progress {
+        return Some(Progress::new(Activity::UpdatingNodes, p.clone()));
+    }
+    if applied.updated_nodes > 0 {
+        return Some(Progress::new(
+            Activity::UpdatingNodes,
+            format!("updated {} ValkeyNodes", applied.updated_nodes),
+        ));
+    }
+    step.or_else(|| match &plan.balance {
+        Balance::Moving {
+            remaining,
+            draining,
+        } => Some(Progress::new(
+            Activity::RebalancingSlots,
+            if draining.is_empty() {
+                format!("{remaining} slots still move to balance the shards")
+            } else {
+                let d: Vec<String> = draining.iter().map(ToString::to_string).collect();
+                format!(
+                    "draining shard(s) {}: {remaining} slots still move",
+                    d.join(", ")
+                )
+            },
+        )),
+        _ => None,
+    })
+    .or_else(|| {
+        (plan.surplus_nodes > 0).then(|| {
+            Progress::new(
+                Activity::Reconciling,
+                format!(
+                    "removing {} ValkeyNodes outside the layout",
+                    plan.surplus_nodes
+                ),
+            )
+        })
+    })
+    .or_else(|| {
+        (live.acl_pending > 0).then(|| {
+            Progress::new(
+                Activity::UpdatingNodes,
+                format!(
+                    "waiting for {} pods to see the new ACL file",
+                    live.acl_pending
+                ),
+            )
+        })
+    })
+}
+
+fn facts(
+    vc: &ValkeyCluster,
+    observed: &Observed,
+    plan: &Plan,
+    apply_error: Option<crate::status::ChildFailure>,
+    progress: Option<Progress>,
+    step_failure: Option<crate::status::StepFailure>,
+) -> Facts {
+    let spec = &vc.spec;
+    let mut apply_error = apply_error;
+    if spec.tls_secret_name().is_some() && observed.tls_ca.is_none() {
+        apply_error.get_or_insert(crate::status::ChildFailure::new(
+            crate::status::Child::Service,
+            "the TLS Secret is missing or has no ca.crt",
+        ));
+    }
+    Facts {
+        desired_shards: layout(vc).shards,
         apply_error,
-        unschedulable,
-        grace_period_warning,
-        topology: topo,
+        unschedulable: observed
+            .pods
+            .iter()
+            .find_map(observe::unschedulable_message),
+        grace_period_warning: spec.grace_period_too_short().then(|| {
+            format!(
+                "terminationGracePeriodSeconds {} is below the recommended {} s (cluster-manual-failover-timeout + 10 s): a primary may be killed before its replica takes over",
+                spec.termination_grace_period_seconds(),
+                spec.recommended_termination_grace_period_seconds()
+            )
+        }),
+        topology: TopologyFacts {
+            slots_to_move: match &plan.balance {
+                Balance::Moving { remaining, .. } => u32::try_from(*remaining).unwrap_or(u32::MAX),
+                _ => 0,
+            },
+            surplus_nodes: i32::try_from(plan.surplus_nodes).unwrap_or(i32::MAX),
+            balance_blocked: match &plan.balance {
+                Balance::Blocked(why) => Some(why.clone()),
+                _ => None,
+            },
+            ..plan.facts.clone()
+        },
         progress,
         step_failure,
-    };
-    let mut new_status = status::build(
-        vc.status.as_ref(),
-        &facts,
-        shard_statuses,
-        vc.meta().generation,
-        &now,
-    );
-    new_status.operation = operation::operation(
-        step.as_ref(),
-        vc.status.as_ref().and_then(|s| s.operation.as_ref()),
-        &now,
-    );
-    ctx.metrics.set_cluster_state(&ns, &name, new_status.state);
-    events.extend(status::transition_events(vc.status.as_ref(), &new_status));
-    if status::changed(vc.status.as_ref(), &new_status) {
-        let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns);
-        let patch = serde_json::json!({ "status": new_status });
-        match api
-            .patch_status(
-                &name,
-                &PatchParams::apply(CLUSTER_FIELD_MANAGER),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            // Deleted during the pass: nothing left to report.
-            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Action::await_change()),
-            r => r?,
-        };
-        info!(cluster = %key, state = ?new_status.state, reason = ?new_status.reason, "status updated");
     }
-    publish(ctx, vc, &events).await;
-
-    let ready = new_status.state == valkey_api::status::ClusterState::Ready;
-    Ok(Action::requeue(if acted || writer_missing {
-        Duration::from_secs(1)
-    } else if ready {
-        Duration::from_secs(30)
-    } else {
-        Duration::from_secs(3)
-    }))
 }
 
 fn error_policy(_vc: Arc<ValkeyCluster>, err: &Error, _ctx: Arc<Context>) -> Action {

@@ -10,28 +10,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Resource;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
 use tracing::{debug, info, warn};
 use valkey_api::ValkeyNode;
+use valkey_api::status::event::{LIVE_ACL_APPLY_FAILED, LIVE_CONFIG_APPLY_FAILED};
+use valkey_api::status::node_condition::{ACL_APPLIED, LIVE_CONFIG_APPLIED};
+use valkey_api::status::node_reason::{APPLIED, APPLY_FAILED, PENDING_PROPAGATION};
+use valkey_ops::Topology;
 use valkey_ops::client::NodePool;
 use valkey_ops::commands::{CommandError, acl_load, config_set};
 
-use super::topology::Member;
-
-/// ValkeyNode condition type for live settings.
-pub const LIVE_CONFIG_APPLIED: &str = "LiveConfigApplied";
-/// ValkeyNode condition type for the ACL.
-pub const ACL_APPLIED: &str = "ACLApplied";
-/// Reason: the desired state is in effect.
-pub const APPLIED: &str = "Applied";
-/// Reason: the command was refused or failed.
-pub const APPLY_FAILED: &str = "ApplyFailed";
-/// Reason (ACLApplied=False): the pod's mounted ACL file is not the new revision yet.
-pub const PENDING_PROPAGATION: &str = "PendingPropagation";
-/// Warning event on the ValkeyNode when applying settings fails.
-pub const CONFIG_FAILED_EVENT: &str = "LiveConfigApplyFailed";
-/// Warning event on the ValkeyNode when loading the ACL fails.
-pub const ACL_FAILED_EVENT: &str = "LiveACLApplyFailed";
+use crate::context::Shared;
+use crate::status::EventSpec;
 
 /// What applying the live settings to one node gave.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,10 +98,10 @@ pub struct Summary {
 pub async fn reconcile(
     pool: &NodePool,
     api: &Api<ValkeyNode>,
-    recorder: &Recorder,
+    shared: &Shared,
     desired: &[ValkeyNode],
     observed: &[ValkeyNode],
-    members: &[Member],
+    topology: &Topology,
     now: &Time,
 ) -> Summary {
     let mut summary = Summary::default();
@@ -123,14 +112,11 @@ pub async fn reconcile(
         let mut node = node.clone();
         node.spec.config.live = want.spec.config.live.clone();
         node.spec.acl_hash = want.spec.acl_hash.clone();
-        let addr = members
-            .iter()
-            .find(|m| {
-                m.shard == node.spec.shard_index
-                    && m.index == node.spec.node_index
-                    && m.view.is_some()
-            })
-            .map(|m| m.addr.as_str());
+        let addr = topology
+            .at(node.spec.shard_index, node.spec.node_index)
+            .filter(|m| m.view.is_some())
+            .map(|m| m.addr.to_string());
+        let addr = addr.as_deref();
 
         let params: Vec<(&str, &str)> = want
             .spec
@@ -164,7 +150,7 @@ pub async fn reconcile(
             now,
         );
         if let Some(c) = conditions {
-            record(api, recorder, &mut node, c, &config, CONFIG_FAILED_EVENT).await;
+            record(api, shared, &mut node, c, &config, LIVE_CONFIG_APPLY_FAILED).await;
         }
 
         let acl = match (addr, want.spec.acl_hash.as_deref()) {
@@ -188,7 +174,7 @@ pub async fn reconcile(
         );
         let wanted = want.spec.acl_hash.is_some();
         if let Some(c) = updated_conditions(&node, ACL_APPLIED, wanted, &acl, &applied, now) {
-            record(api, recorder, &mut node, c, &acl, ACL_FAILED_EVENT).await;
+            record(api, shared, &mut node, c, &acl, LIVE_ACL_APPLY_FAILED).await;
         }
     }
     summary
@@ -198,11 +184,11 @@ pub async fn reconcile(
 /// Warning event `failed_event`. `node` keeps the written conditions for the next update.
 async fn record(
     api: &Api<ValkeyNode>,
-    recorder: &Recorder,
+    shared: &Shared,
     node: &mut ValkeyNode,
     conditions: Vec<Condition>,
     outcome: &Outcome,
-    failed_event: &str,
+    failed_event: &'static str,
 ) {
     let patch = serde_json::json!({ "status": { "conditions": conditions } });
     if let Err(e) = api
@@ -219,16 +205,8 @@ async fn record(
     node.status.get_or_insert_with(Default::default).conditions = conditions;
     if let Outcome::Failed(message) = outcome {
         warn!(node = %node.name_any(), %message, reason = failed_event, "live change not applied");
-        let ev = Event {
-            type_: EventType::Warning,
-            reason: failed_event.to_owned(),
-            note: Some(message.chars().take(1000).collect()),
-            action: "ApplyLive".to_owned(),
-            secondary: None,
-        };
-        if let Err(e) = recorder.publish(&ev, &node.object_ref(&())).await {
-            warn!(node = %node.name_any(), error = %e, "publishing event failed");
-        }
+        let ev = EventSpec::warning(failed_event, "ApplyLive", message.clone());
+        shared.publish(&node.object_ref(&()), &[ev]).await;
     }
 }
 

@@ -1,13 +1,22 @@
-//! The ValkeyCluster controller: observe → build → apply → one topology step → status.
+//! The ValkeyCluster controller. One pass ([`controller`]) is a list of stages:
+//!
+//! 1. **observe** ([`observe`]): the children from the API server and every pod's live view
+//!    (the topology model) → one [`observe::Observed`] value;
+//! 2. **build** ([`build`], pure): every object the controller writes;
+//! 3. **apply** ([`apply`]): server-side apply of the children that differ;
+//! 4. **plan** ([`plan`], pure): the one risky step of the pass (topology, removal of surplus
+//!    nodes, rolling update) and the topology facts;
+//! 5. **act** ([`act`], [`live`]): that step, then the live settings and ACL;
+//! 6. **report** ([`report`]): status, ValkeyNode roles, events, requeue.
 
 pub mod act;
 pub mod apply;
+pub mod build;
 pub mod controller;
-pub mod desired;
 pub mod live;
 pub mod observe;
 pub mod operation;
-pub mod roll;
-pub mod topology;
+pub mod plan;
+pub mod report;
 
 pub use controller::{CONTROLLER, Context, reconcile, run};

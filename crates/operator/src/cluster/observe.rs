@@ -1,19 +1,147 @@
-//! Observation: the cluster's pods mapped to their positions, and every reachable pod's live
-//! view fetched concurrently through the operator's authenticated connection pool.
+//! Observation: the ValkeyCluster's children from the API server and the live view of every
+//! pod (fetched concurrently through the operator's authenticated connection pool), as one
+//! [`Observed`] value. Nothing here writes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
 
-use futures::future::join_all;
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
-use tracing::debug;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams};
+use kube::{Resource, ResourceExt};
 use valkey_api::defaults::VALKEY_PORT;
-use valkey_api::labels;
-use valkey_ops::client::NodePool;
-use valkey_ops::commands::{CommandError, observe_node};
-use valkey_ops::model::{ClusterState, NodeObservation, PrimaryLinkStatus};
+use valkey_api::{ValkeyCluster, ValkeyNode, labels};
+use valkey_ops::Topology;
+use valkey_ops::commands::{Position, observe_topology};
 
-use super::topology::{Member, NodeView};
+use super::Context;
+use crate::render::{self, names, secrets::SystemPasswords};
+
+/// Errors of observation: an API read failed (the pass is retried).
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    /// A Kubernetes API read failed.
+    #[error("reading {what}: {source}")]
+    Kube {
+        /// What was read.
+        what: &'static str,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+fn read(what: &'static str) -> impl FnOnce(kube::Error) -> ObserveError {
+    move |source| ObserveError::Kube { what, source }
+}
+
+/// Everything a pass knows about a ValkeyCluster's world.
+#[derive(Clone, Debug)]
+pub struct Observed {
+    /// The system users Secret.
+    pub system_secret: Option<Secret>,
+    /// The ACL Secret.
+    pub acl_secret: Option<Secret>,
+    /// The headless Service.
+    pub service: Option<Service>,
+    /// The `valkey.conf` ConfigMap.
+    pub config_map: Option<ConfigMap>,
+    /// The PodDisruptionBudget.
+    pub pdb: Option<PodDisruptionBudget>,
+    /// The cluster's ValkeyNodes.
+    pub nodes: Vec<ValkeyNode>,
+    /// The cluster's pods.
+    pub pods: Vec<Pod>,
+    /// Secrets referenced by `spec.users[].passwordSecret` that exist, by name.
+    pub user_secrets: BTreeMap<String, Secret>,
+    /// The system passwords in effect (those of the system Secret, or new ones).
+    pub passwords: SystemPasswords,
+    /// The TLS CA (`ca.crt` of the TLS Secret) when TLS is enabled.
+    pub tls_ca: Option<Vec<u8>>,
+    /// Every position with a running pod and its node's live view.
+    pub topology: Topology,
+    /// IPs held by the cluster's pods that still exist (see [`pod_ips`]).
+    pub pod_ips: BTreeSet<IpAddr>,
+}
+
+impl Observed {
+    /// The observed ValkeyNode named `name`.
+    pub fn node(&self, name: &str) -> Option<&ValkeyNode> {
+        self.nodes.iter().find(|n| n.name_any() == name)
+    }
+}
+
+/// Reads the children of `vc` and observes its pods.
+pub async fn observe(
+    ctx: &Context,
+    vc: &ValkeyCluster,
+    key: &str,
+) -> Result<Observed, ObserveError> {
+    let ns = vc.namespace().unwrap_or_default();
+    let name = vc.name_any();
+    let client = &ctx.shared.client;
+    let lp = ListParams::default().labels(&format!("{}={}", labels::CLUSTER, name));
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+
+    let get_secret = |n: String| {
+        let secrets = secrets.clone();
+        async move { secrets.get_opt(&n).await.map_err(read("a Secret")) }
+    };
+    let system_secret = get_secret(names::system_secret_name(&name)).await?;
+    let acl_secret = get_secret(names::acl_secret_name(&name)).await?;
+    let service = Api::<Service>::namespaced(client.clone(), &ns)
+        .get_opt(&names::service_name(&name))
+        .await
+        .map_err(read("the Service"))?;
+    let config_map = Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .get_opt(&names::config_map_name(&name))
+        .await
+        .map_err(read("the ConfigMap"))?;
+    let pdb = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
+        .get_opt(&names::pdb_name(&name))
+        .await
+        .map_err(read("the PodDisruptionBudget"))?;
+    let nodes = Api::<ValkeyNode>::namespaced(client.clone(), &ns)
+        .list(&lp)
+        .await
+        .map_err(read("ValkeyNodes"))?
+        .items;
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns)
+        .list(&lp)
+        .await
+        .map_err(read("pods"))?
+        .items;
+    let mut user_secrets = BTreeMap::new();
+    for s in render::acl::referenced_secrets(&vc.spec) {
+        if let Some(sec) = get_secret(s.clone()).await? {
+            user_secrets.insert(s, sec);
+        }
+    }
+    let tls_ca = match vc.spec.tls_secret_name() {
+        Some(n) => get_secret(n.to_owned())
+            .await?
+            .and_then(|s| s.data?.get("ca.crt").map(|b| b.0.clone())),
+        None => None,
+    };
+
+    let passwords = render::secrets::system_passwords(system_secret.as_ref());
+    let pool = ctx.pool(key, &passwords.operator, tls_ca.as_deref());
+    let topology = observe_topology(&pool, positions(&pods)).await;
+    Ok(Observed {
+        pod_ips: pod_ips(&pods),
+        system_secret,
+        acl_secret,
+        service,
+        config_map,
+        pdb,
+        nodes,
+        pods,
+        user_secrets,
+        passwords,
+        tls_ca,
+        topology,
+    })
+}
 
 /// Shard and node index of a pod, from its labels.
 pub fn position(pod: &Pod) -> Option<(i32, i32)> {
@@ -24,33 +152,44 @@ pub fn position(pod: &Pod) -> Option<(i32, i32)> {
     ))
 }
 
-/// `ip:port` of a running, non-terminating pod.
-pub fn pod_addr(pod: &Pod) -> Option<String> {
-    if pod.metadata.deletion_timestamp.is_some() {
+/// The address of a running, non-terminating pod.
+pub fn pod_addr(pod: &Pod) -> Option<SocketAddr> {
+    if pod.meta().deletion_timestamp.is_some() {
         return None;
     }
     let status = pod.status.as_ref()?;
     if status.phase.as_deref() != Some("Running") {
         return None;
     }
-    let ip = status.pod_ip.as_deref().filter(|ip| !ip.is_empty())?;
-    Some(if ip.contains(':') {
-        format!("[{ip}]:{VALKEY_PORT}")
-    } else {
-        format!("{ip}:{VALKEY_PORT}")
-    })
+    let ip: IpAddr = status.pod_ip.as_deref()?.parse().ok()?;
+    Some(SocketAddr::new(ip, u16::try_from(VALKEY_PORT).ok()?))
+}
+
+/// The positions to observe: every running pod with position labels.
+pub fn positions(pods: &[Pod]) -> Vec<Position> {
+    pods.iter()
+        .filter_map(|p| {
+            let (shard, index) = position(p)?;
+            Some(Position {
+                shard,
+                index,
+                pod: p.name_any(),
+                addr: pod_addr(p)?,
+            })
+        })
+        .collect()
 }
 
 /// IPs held by the cluster's pods that still exist and have not finished (terminating pods
 /// included: their server may still be handing over).
-pub fn pod_ips(pods: &[Pod]) -> BTreeSet<String> {
+pub fn pod_ips(pods: &[Pod]) -> BTreeSet<IpAddr> {
     pods.iter()
         .filter_map(|p| {
             let status = p.status.as_ref()?;
             if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
                 return None;
             }
-            status.pod_ip.clone().filter(|ip| !ip.is_empty())
+            status.pod_ip.as_deref()?.parse().ok()
         })
         .collect()
 }
@@ -71,157 +210,4 @@ pub fn unschedulable_message(pod: &Pod) -> Option<String> {
             c.message.as_deref().unwrap_or("cannot be scheduled")
         )
     })
-}
-
-/// The parts of an observation the topology decision uses.
-pub fn node_view(o: NodeObservation) -> NodeView {
-    NodeView {
-        cluster_ok: o
-            .cluster_info
-            .as_ref()
-            .is_some_and(|c| c.state == ClusterState::Ok),
-        primary_link_up: o
-            .replication
-            .as_ref()
-            .is_some_and(|r| r.primary_link_status == Some(PrimaryLinkStatus::Up)),
-        link_down_since: o
-            .replication
-            .as_ref()
-            .and_then(|r| r.primary_link_down_since),
-        repl_offset: o
-            .replication
-            .as_ref()
-            .map_or(0, |r| r.replica_repl_offset.unwrap_or(r.master_repl_offset)),
-        nodes: o.nodes,
-    }
-}
-
-/// Members of the desired layout with a running pod, each with its live view (or `None` when
-/// unreachable). Pods of positions outside the layout are included too (they may still hold
-/// slots); `desired` only orders the result.
-pub async fn members(pool: &NodePool, pods: &[Pod]) -> Vec<Member> {
-    let mut base: Vec<Member> = pods
-        .iter()
-        .filter_map(|p| {
-            let (shard, index) = position(p)?;
-            Some(Member {
-                shard,
-                index,
-                pod: p.name_any(),
-                addr: pod_addr(p)?,
-                view: None,
-                refused: false,
-            })
-        })
-        .collect();
-    base.sort_by_key(|m| (m.shard, m.index));
-    let views = join_all(base.iter().map(|m| async move {
-        match observe_node(pool, &m.addr).await {
-            Ok(o) => (Some(node_view(o)), false),
-            Err(e) => {
-                debug!(pod = %m.pod, addr = %m.addr, error = %e, "node not observable");
-                let refused = matches!(&e, CommandError::Client(c) if c.is_connection_refused());
-                (None, refused)
-            }
-        }
-    }))
-    .await;
-    for (m, (view, refused)) in base.iter_mut().zip(views) {
-        m.view = view;
-        m.refused = refused;
-    }
-    base
-}
-
-/// The live role of a member for `ValkeyNode.status.role` (`primary` or
-/// `replica`), `None` while it cannot be observed.
-pub fn live_role(member: &Member) -> Option<&'static str> {
-    let me = member.view.as_ref()?.nodes.myself()?;
-    if me.is_primary() {
-        Some("primary")
-    } else if me.is_replica() {
-        Some("replica")
-    } else {
-        None
-    }
-}
-
-/// ValkeyNodes whose `status.role` differs from the live role of their pod:
-/// (ValkeyNode name, live role). Unobservable members are left as they are.
-pub fn role_updates(nodes: &[valkey_api::ValkeyNode], members: &[Member]) -> Vec<(String, String)> {
-    nodes
-        .iter()
-        .filter_map(|n| {
-            let m = members
-                .iter()
-                .find(|m| m.shard == n.spec.shard_index && m.index == n.spec.node_index)?;
-            let role = live_role(m)?;
-            let current = n.status.as_ref().and_then(|s| s.role.as_deref());
-            (current != Some(role)).then(|| (n.name_any(), role.to_owned()))
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use valkey_ops::model::ClusterNodes;
-
-    fn member(shard: i32, index: i32, nodes: &str) -> Member {
-        Member {
-            shard,
-            index,
-            pod: format!("p-{shard}-{index}"),
-            addr: "10.0.0.1:6379".into(),
-            refused: false,
-            view: Some(NodeView {
-                nodes: ClusterNodes::parse(nodes).expect("nodes"),
-                cluster_ok: true,
-                primary_link_up: true,
-                repl_offset: 0,
-                link_down_since: None,
-            }),
-        }
-    }
-
-    fn vnode(shard: i32, index: i32, role: Option<&str>) -> valkey_api::ValkeyNode {
-        let mut n: valkey_api::ValkeyNode = serde_json::from_value(serde_json::json!({
-            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyNode",
-            "metadata": {"name": format!("c-{shard}-{index}")},
-            "spec": {"clusterName": "c", "shardIndex": shard, "nodeIndex": index,
-                     "image": "valkey/valkey:9.0.0", "terminationGracePeriodSeconds": 30},
-        }))
-        .expect("valkeynode");
-        n.status = Some(valkey_api::ValkeyNodeStatus {
-            role: role.map(str::to_owned),
-            ..Default::default()
-        });
-        n
-    }
-
-    const PRIMARY: &str = "aaa 10.0.0.1:6379@16379 myself,master - 0 0 1 connected 0-16383\n\
-                           bbb 10.0.0.2:6379@16379 slave aaa 0 1 1 connected\n";
-    const REPLICA: &str = "aaa 10.0.0.1:6379@16379 master - 0 0 1 connected 0-16383\n\
-                           bbb 10.0.0.2:6379@16379 myself,slave aaa 0 1 1 connected\n";
-
-    #[test]
-    fn roles_come_from_the_live_view_and_are_patched_only_on_change() {
-        // After a failover the node-index-1 pod is the primary.
-        let members = [member(0, 0, REPLICA), member(0, 1, PRIMARY)];
-        let nodes = [vnode(0, 0, Some("primary")), vnode(0, 1, Some("replica"))];
-        assert_eq!(
-            role_updates(&nodes, &members),
-            vec![
-                ("c-0-0".to_owned(), "replica".to_owned()),
-                ("c-0-1".to_owned(), "primary".to_owned())
-            ]
-        );
-        let settled = [vnode(0, 0, Some("replica")), vnode(0, 1, Some("primary"))];
-        assert!(role_updates(&settled, &members).is_empty());
-        let unobserved = Member {
-            view: None,
-            ..member(0, 0, PRIMARY)
-        };
-        assert!(role_updates(&[vnode(0, 0, None)], &[unobserved]).is_empty());
-    }
 }

@@ -1,60 +1,118 @@
-//! `status.operation`: the risky topology operation in progress (a slot rebalance or an
-//! operator-driven failover), shown to users while it runs. Pure; the operator itself resumes
-//! from the live view (open slots, migrations, replica links), never from this record.
+//! `status.operation`: the risky topology operation in progress (a slot rebalance or drain, or
+//! an operator-driven failover), shown to users while it runs. Pure; the operator itself
+//! resumes from the live view (open slots, migrations, replica links), never from this record.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use valkey_api::status::OperationStatus;
 
-use super::topology::Step;
+use super::act::Moved;
+use super::plan::{Balance, Step};
 
-/// The operation of a pass that executed `step` (`None` once no risky step runs). The start
-/// time is kept while the same kind of operation continues over several passes.
-pub fn operation(
-    step: Option<&Step>,
-    previous: Option<&OperationStatus>,
-    now: &Time,
-) -> Option<OperationStatus> {
-    let (shard_index, detail) = match step? {
-        Step::MigrateSlots { source, moves } => {
-            let targets: Vec<String> = moves
-                .iter()
-                .map(|(_, shard, ranges)| {
-                    let r: Vec<String> = ranges.iter().map(ToString::to_string).collect();
-                    format!("{} to shard {shard}", r.join(","))
-                })
-                .collect();
-            (
-                None,
-                format!("moving slots from {source}: {}", targets.join("; ")),
-            )
-        }
-        Step::Failover {
-            replica,
-            shard,
-            failed,
-            mode,
-        } => (
-            Some(*shard),
-            format!("promoting {replica} ({mode:?}) in place of failed primary {failed}"),
-        ),
-        _ => return None,
+/// What the operation of a pass is derived from.
+#[derive(Clone, Copy, Debug)]
+pub struct Pass<'a> {
+    /// The step executed, if any.
+    pub step: Option<&'a Step>,
+    /// The slot balance observed before the step.
+    pub balance: &'a Balance,
+    /// What the step moved.
+    pub moved: Option<Moved>,
+    /// Now.
+    pub now: &'a Time,
+}
+
+/// The operation of a pass (`None` once nothing risky is under way). A slot balance lasts
+/// until the slots are balanced, over many passes: its start time and counters are carried
+/// from `previous`.
+pub fn operation(pass: Pass<'_>, previous: Option<&OperationStatus>) -> Option<OperationStatus> {
+    if let Some(Step::Failover {
+        replica,
+        shard,
+        failed,
+        mode,
+    }) = pass.step
+    {
+        return Some(OperationStatus {
+            kind: "Failover".into(),
+            started_at: started(previous, "Failover", pass.now),
+            shard_index: Some(*shard),
+            detail: Some(format!(
+                "promoting {replica} ({mode:?}) in place of failed primary {failed}"
+            )),
+            slots_total: None,
+            slots_moved: None,
+            keys_moved: None,
+            eta_seconds: None,
+        });
+    }
+    let Balance::Moving {
+        remaining,
+        draining,
+    } = pass.balance
+    else {
+        return None;
     };
-    let kind = step?.kind().to_owned();
-    let started_at = previous
+    const KIND: &str = "MigrateSlots";
+    let prev = previous.filter(|p| p.kind == KIND);
+    let moved_now = pass.moved.unwrap_or_default();
+    let slots_moved = prev.and_then(|p| p.slots_moved).unwrap_or(0)
+        + i32::try_from(moved_now.slots).unwrap_or(i32::MAX);
+    let left = i32::try_from(remaining.saturating_sub(moved_now.slots)).unwrap_or(i32::MAX);
+    let keys_moved = match (prev.and_then(|p| p.keys_moved), moved_now.keys) {
+        (Some(a), Some(b)) => Some(a + i64::try_from(b).unwrap_or(i64::MAX)),
+        (a, b) => a.or(b.and_then(|b| i64::try_from(b).ok())),
+    };
+    let started_at = started(previous, KIND, pass.now);
+    let elapsed = started_at
+        .as_ref()
+        .map(|s| pass.now.0.as_second() - s.0.as_second())
+        .unwrap_or(0);
+    let eta_seconds = (slots_moved > 0 && elapsed > 0)
+        .then(|| i64::from(left) * elapsed / i64::from(slots_moved));
+    let routes = match pass.step {
+        Some(Step::MigrateSlots { transfers, .. }) => transfers
+            .iter()
+            .map(|t| {
+                format!(
+                    "{} slots shard {} -> {}",
+                    t.slot_count(),
+                    t.source_shard,
+                    t.target_shard
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => "waiting for the next batch".into(),
+    };
+    let detail = if draining.is_empty() {
+        format!("rebalancing: {routes}")
+    } else {
+        let d: Vec<String> = draining.iter().map(ToString::to_string).collect();
+        format!("draining shard(s) {}: {routes}", d.join(", "))
+    };
+    Some(OperationStatus {
+        kind: KIND.into(),
+        started_at,
+        shard_index: None,
+        detail: Some(detail),
+        slots_total: Some(slots_moved + left),
+        slots_moved: Some(slots_moved),
+        keys_moved,
+        eta_seconds,
+    })
+}
+
+fn started(previous: Option<&OperationStatus>, kind: &str, now: &Time) -> Option<Time> {
+    previous
         .filter(|p| p.kind == kind)
         .and_then(|p| p.started_at.clone())
-        .or_else(|| Some(now.clone()));
-    Some(OperationStatus {
-        kind,
-        started_at,
-        shard_index,
-        detail: Some(detail),
-    })
+        .or_else(|| Some(now.clone()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::plan::Transfer;
     use k8s_openapi::jiff::Timestamp;
     use valkey_ops::SlotRange;
     use valkey_ops::commands::FailoverMode;
@@ -63,47 +121,95 @@ mod tests {
         Time(Timestamp::from_second(s).expect("time"))
     }
 
-    fn migrate(target: i32) -> Step {
+    fn migrate(source: i32, target: i32) -> Step {
         Step::MigrateSlots {
-            source: "10.0.0.1:6379".into(),
-            moves: vec![(
-                "id".into(),
-                target,
-                vec![SlotRange::new(0, 4095).expect("range")],
-            )],
+            transfers: vec![Transfer {
+                source: "10.0.0.1:6379".parse().unwrap(),
+                source_shard: source,
+                target: "10.0.0.2:6379".parse().unwrap(),
+                target_id: "id".into(),
+                target_shard: target,
+                ranges: vec![SlotRange::new(0, 1023).expect("range")],
+                draining: source > 2,
+            }],
+            by_key: false,
+            others: vec![],
+        }
+    }
+
+    fn moving(remaining: usize, draining: Vec<i32>) -> Balance {
+        Balance::Moving {
+            remaining,
+            draining,
         }
     }
 
     #[test]
-    fn rebalance_keeps_its_start_time_across_batches_and_clears_when_done() {
-        let first = operation(Some(&migrate(3)), None, &at(10)).expect("operation");
+    fn a_rebalance_counts_slots_and_estimates_until_balanced() {
+        let b = moving(4096, vec![3]);
+        let moved = Some(Moved {
+            slots: 1024,
+            keys: None,
+        });
+        let pass = |step, balance, moved, now| Pass {
+            step,
+            balance,
+            moved,
+            now,
+        };
+        let (t10, t20, t30, t40) = (at(10), at(20), at(30), at(40));
+        let step = migrate(3, 0);
+        let first = operation(pass(Some(&step), &b, moved, &t10), None).expect("op");
         assert_eq!(first.kind, "MigrateSlots");
         assert_eq!(first.started_at, Some(at(10)));
+        assert_eq!(
+            (first.slots_moved, first.slots_total),
+            (Some(1024), Some(4096))
+        );
         assert!(
             first
                 .detail
                 .as_deref()
-                .is_some_and(|d| d.contains("0-4095 to shard 3"))
+                .is_some_and(|d| d.contains("draining shard(s) 3"))
         );
-        let next = operation(Some(&migrate(4)), Some(&first), &at(20)).expect("operation");
+        // A pass that only waits keeps the counters and the start.
+        let b2 = moving(3072, vec![3]);
+        let wait = operation(pass(None, &b2, None, &t20), Some(&first)).expect("op");
+        assert_eq!(
+            (wait.slots_moved, wait.slots_total),
+            (Some(1024), Some(4096))
+        );
+        assert_eq!(wait.eta_seconds, Some(30));
+        let next = operation(pass(Some(&step), &b2, moved, &t30), Some(&wait)).expect("op");
         assert_eq!(next.started_at, Some(at(10)));
-        let meet = Step::Meet {
-            seed: "a".into(),
-            nodes: vec!["b".into()],
-        };
-        assert_eq!(operation(Some(&meet), Some(&next), &at(30)), None);
-        assert_eq!(operation(None, Some(&next), &at(30)), None);
+        assert_eq!(
+            (next.slots_moved, next.slots_total),
+            (Some(2048), Some(4096))
+        );
+        assert_eq!(next.eta_seconds, Some(20));
+        // Balanced: cleared.
+        assert_eq!(
+            operation(pass(None, &Balance::Balanced, None, &t40), Some(&next)),
+            None
+        );
     }
 
     #[test]
     fn failover_names_its_shard() {
         let step = Step::Failover {
-            replica: "10.0.0.2:6379".into(),
+            replica: "10.0.0.2:6379".parse().unwrap(),
             shard: 1,
             failed: "abc".into(),
             mode: FailoverMode::Takeover,
         };
-        let op = operation(Some(&step), None, &at(5)).expect("operation");
+        let now = at(5);
+        let pass = Pass {
+            step: Some(&step),
+            balance: &Balance::Balanced,
+            moved: None,
+            now: &now,
+        };
+        let op = operation(pass, None).expect("operation");
         assert_eq!((op.kind.as_str(), op.shard_index), ("Failover", Some(1)));
     }
 }

@@ -12,26 +12,32 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
-use tracing::{debug, info, warn};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{debug, info, instrument, warn};
 use valkey_api::labels::{self, NODE_FIELD_MANAGER};
 use valkey_api::persistence::ReclaimPolicy;
+use valkey_api::status::event::{WORKLOAD_ROLL_APPLIED, WORKLOAD_ROLL_DEFERRED};
+use valkey_api::status::node_condition::WORKLOAD_ROLL_PENDING;
 use valkey_api::{ValkeyNode, ValkeyNodeStatus};
 
 use super::plan::{ObservedWorkload, WorkloadAction, pvc_request, workload_action};
 use super::status::{Observed, compute_status};
+use crate::context::Shared;
 use crate::metrics::Metrics;
 use crate::render::containers::MergeError;
 use crate::render::names;
 use crate::render::workload::{Workload, pvc, workload};
+use crate::status::EventSpec;
 
 /// Finalizer that deletes the node's claim when `persistence.reclaimPolicy` is Delete.
 pub const FINALIZER: &str = "valkey.io/pvc-cleanup";
@@ -53,34 +59,17 @@ pub enum NodeError {
     Serialize(#[from] serde_json::Error),
 }
 
-struct Ctx {
-    client: Client,
-    recorder: Recorder,
-    metrics: Arc<Metrics>,
-}
+type Ctx = Shared;
 
 /// Name of this controller in metrics.
 pub const CONTROLLER: &str = "valkeynode";
 
-/// Event reasons on the ValkeyNode (see the status contract).
-pub mod event {
-    /// A pod template change was written to the workload (the pod rolls).
-    pub const WORKLOAD_ROLL_APPLIED: &str = "WorkloadRollApplied";
-    /// A pod template change waits for the ValkeyCluster controller's authorization.
-    pub const WORKLOAD_ROLL_DEFERRED: &str = "WorkloadRollDeferred";
-}
-
-async fn publish(ctx: &Ctx, node: &ValkeyNode, reason: &str, note: String) {
-    let ev = Event {
-        type_: EventType::Normal,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: "Reconcile".to_owned(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &node.object_ref(&())).await {
-        warn!(node = %node.name_any(), reason, error = %e, "publishing event failed");
-    }
+async fn publish(ctx: &Ctx, node: &ValkeyNode, reason: &'static str, note: String) {
+    ctx.publish(
+        &node.object_ref(&()),
+        &[EventSpec::normal(reason, "Reconcile", note)],
+    )
+    .await;
 }
 
 fn managed_selector() -> String {
@@ -128,17 +117,7 @@ pub async fn run(
         .run(
             reconcile,
             error_policy,
-            Arc::new(Ctx {
-                recorder: Recorder::new(
-                    client.clone(),
-                    Reporter {
-                        controller: "valkey-operator".into(),
-                        instance: std::env::var("POD_NAME").ok(),
-                    },
-                ),
-                client,
-                metrics,
-            }),
+            Arc::new(Shared::new(client, metrics)),
         )
         .for_each(|res| async move {
             match res {
@@ -209,14 +188,67 @@ fn finalizer_patched(node: &str, res: Result<(), NodeError>) -> Result<Action, N
 }
 
 async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError> {
-    let started = std::time::Instant::now();
-    let r = reconcile_inner(node, ctx.clone()).await;
-    ctx.metrics
-        .reconciled(CONTROLLER, started.elapsed(), r.is_err());
-    r
+    let metrics = ctx.metrics.clone();
+    metrics.reconcile(CONTROLLER, pass(node, ctx)).await
 }
 
-async fn reconcile_inner(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError> {
+/// A workload kind the node controller writes (StatefulSet or Deployment, one replica).
+trait WorkloadKind:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + Serialize
+    + DeserializeOwned
+{
+    /// `spec.replicas`.
+    fn replicas(&self) -> Option<i32>;
+}
+
+impl WorkloadKind for StatefulSet {
+    fn replicas(&self) -> Option<i32> {
+        self.spec.replicas
+    }
+}
+
+impl WorkloadKind for Deployment {
+    fn replicas(&self) -> Option<i32> {
+        self.spec.replicas
+    }
+}
+
+/// The observed workload of kind `K` after this pass: read, then written when
+/// [`workload_action`] says so. Also whether its pod template changed and whether the change
+/// is deferred.
+async fn reconcile_workload<K: WorkloadKind>(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    desired: &K,
+    desired_hash: &str,
+    desired_rev: Option<&str>,
+) -> Result<(Option<K>, bool, bool), NodeError> {
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let cur = api.get_opt(name).await?;
+    let o = cur
+        .as_ref()
+        .map(|c| ObservedWorkload::from_meta(c.meta(), c.replicas()));
+    let template_changed = o
+        .as_ref()
+        .is_some_and(|o| o.template_hash.as_deref() != Some(desired_hash));
+    match workload_action(o.as_ref(), desired_hash, desired_rev) {
+        WorkloadAction::Apply => {
+            info!(workload = %name, kind = K::kind(&()).as_ref(), "applying workload");
+            let apply = PatchParams::apply(NODE_FIELD_MANAGER).force();
+            let written = api.patch(name, &apply, &Patch::Apply(desired)).await?;
+            Ok((Some(written), template_changed, false))
+        }
+        WorkloadAction::Defer => Ok((cur, template_changed, true)),
+        WorkloadAction::Keep => Ok((cur, template_changed, false)),
+    }
+}
+
+#[instrument(skip_all, fields(node = %format!("{}/{}", node.namespace().unwrap_or_default(), node.name_any())))]
+async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError> {
     let ns = node.namespace().ok_or(NodeError::NoNamespace)?;
     let name = node.name_any();
     let client = &ctx.client;
@@ -278,48 +310,22 @@ async fn reconcile_inner(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action,
     let wl_name = names::workload_name(&name);
     let desired_rev = node.spec.workload_revision.as_deref();
     let (mut sts, mut deploy) = (None, None);
-    let mut roll_pending = false;
-    let template_changed;
-    match desired {
+    let (template_changed, roll_pending) = match desired {
         Workload::StatefulSet(obj) => {
-            let api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
-            let cur = api.get_opt(&wl_name).await?;
-            let o = cur
-                .as_ref()
-                .map(|c| ObservedWorkload::from_meta(&c.metadata, c.spec.replicas));
-            sts = cur;
-            template_changed = o
-                .as_ref()
-                .is_some_and(|o| o.template_hash.as_deref() != Some(desired_hash.as_str()));
-            match workload_action(o.as_ref(), &desired_hash, desired_rev) {
-                WorkloadAction::Apply => {
-                    info!(node = %name, workload = %wl_name, "applying StatefulSet");
-                    sts = Some(api.patch(&wl_name, &apply, &Patch::Apply(&*obj)).await?);
-                }
-                WorkloadAction::Defer => roll_pending = true,
-                WorkloadAction::Keep => {}
-            }
+            let (w, changed, pending) =
+                reconcile_workload(client, &ns, &wl_name, &*obj, &desired_hash, desired_rev)
+                    .await?;
+            sts = w;
+            (changed, pending)
         }
         Workload::Deployment(obj) => {
-            let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-            let cur = api.get_opt(&wl_name).await?;
-            let o = cur
-                .as_ref()
-                .map(|c| ObservedWorkload::from_meta(&c.metadata, c.spec.replicas));
-            deploy = cur;
-            template_changed = o
-                .as_ref()
-                .is_some_and(|o| o.template_hash.as_deref() != Some(desired_hash.as_str()));
-            match workload_action(o.as_ref(), &desired_hash, desired_rev) {
-                WorkloadAction::Apply => {
-                    info!(node = %name, workload = %wl_name, "applying Deployment");
-                    deploy = Some(api.patch(&wl_name, &apply, &Patch::Apply(&*obj)).await?);
-                }
-                WorkloadAction::Defer => roll_pending = true,
-                WorkloadAction::Keep => {}
-            }
+            let (w, changed, pending) =
+                reconcile_workload(client, &ns, &wl_name, &*obj, &desired_hash, desired_rev)
+                    .await?;
+            deploy = w;
+            (changed, pending)
         }
-    }
+    };
 
     // Pod: the newest non-terminating pod with this position's labels.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -350,15 +356,15 @@ async fn reconcile_inner(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action,
             .and_then(|m| ObservedWorkload::from_meta(m, None).workload_revision),
     };
     let was_pending = node.status.as_ref().is_some_and(|s| {
-        s.conditions.iter().any(|c| {
-            c.type_ == super::status::condition::WORKLOAD_ROLL_PENDING && c.status == "True"
-        })
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == WORKLOAD_ROLL_PENDING && c.status == "True")
     });
     if roll_pending && !was_pending {
         publish(
             &ctx,
             &node,
-            event::WORKLOAD_ROLL_DEFERRED,
+            WORKLOAD_ROLL_DEFERRED,
             format!("pod template of {wl_name} changed; waiting for a new spec.workloadRevision"),
         )
         .await;
@@ -366,7 +372,7 @@ async fn reconcile_inner(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action,
         publish(
             &ctx,
             &node,
-            event::WORKLOAD_ROLL_APPLIED,
+            WORKLOAD_ROLL_APPLIED,
             format!("applied the new pod template to {wl_name}"),
         )
         .await;

@@ -13,39 +13,8 @@ use valkey_api::{ValkeyNode, ValkeyNodeStatus};
 use crate::render::names;
 use crate::render::workload::quantity_bytes;
 
-/// ValkeyNode condition types owned by this controller.
-pub mod condition {
-    /// Pod ready and workload rolled out.
-    pub const READY: &str = "Ready";
-    /// The claim is bound.
-    pub const PVC_READY: &str = "PersistentVolumeClaimReady";
-    /// The claim has the requested size.
-    pub const PVC_SIZE_READY: &str = "PersistentVolumeClaimSizeReady";
-    /// A template change waits for the cluster controller's authorization.
-    pub const WORKLOAD_ROLL_PENDING: &str = "WorkloadRollPending";
-}
-
-/// Condition reasons (see the status contract).
-pub mod reason {
-    /// Ready=True.
-    pub const POD_RUNNING: &str = "PodRunning";
-    /// Ready=False: pod missing, not ready or workload not rolled out.
-    pub const POD_NOT_READY: &str = "PodNotReady";
-    /// Ready=False / PersistentVolumeClaimReady=False: claim not bound.
-    pub const PVC_PENDING: &str = "PersistentVolumeClaimPending";
-    /// PersistentVolumeClaimReady=True.
-    pub const PVC_BOUND: &str = "PersistentVolumeClaimBound";
-    /// Size satisfied.
-    pub const PVC_SIZE_SATISFIED: &str = "PersistentVolumeClaimSizeSatisfied";
-    /// Resize requested, not started.
-    pub const PVC_RESIZE_PENDING: &str = "PersistentVolumeClaimResizePending";
-    /// Resize running.
-    pub const PVC_RESIZE_IN_PROGRESS: &str = "PersistentVolumeClaimResizeInProgress";
-    /// Resize impossible.
-    pub const PVC_RESIZE_INFEASIBLE: &str = "PersistentVolumeClaimResizeInfeasible";
-    /// WorkloadRollPending=True.
-    pub const AWAITING_WORKLOAD_REVISION: &str = "AwaitingWorkloadRevision";
-}
+use valkey_api::status::node_condition as condition;
+use valkey_api::status::node_reason as reason;
 
 /// The observed world of one ValkeyNode.
 #[derive(Debug, Clone, Default)]

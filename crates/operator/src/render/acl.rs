@@ -261,7 +261,7 @@ mod tests {
     #[test]
     fn rendered_file_is_loaded_by_valkey() {
         // The real server must accept the whole file (ACL LOAD is all-or-nothing).
-        let Some(bin) = crate::render::test_server::valkey8() else {
+        let Some(bin) = valkey_testkit::Flavor::V8.installed() else {
             eprintln!("skipped: valkey-server 8 not installed");
             return;
         };
@@ -271,7 +271,7 @@ mod tests {
         let file = render_acl_file(&s, &system(), &pws);
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("users.acl"), &file.content).unwrap();
-        let port = crate::render::test_server::free_port();
+        let port = valkey_testkit::free_port();
         let conf = dir.path().join("valkey.conf");
         std::fs::write(
             &conf,
@@ -281,6 +281,6 @@ mod tests {
             ),
         )
         .unwrap();
-        let _server = crate::render::test_server::start(&bin, &conf, port, &[]);
+        let _server = valkey_testkit::Server::start_config(&bin, &conf, port, &[]);
     }
 }

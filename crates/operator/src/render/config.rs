@@ -285,7 +285,7 @@ pub(crate) mod tests {
     fn rendered_config_is_accepted_by_valkey_8() {
         // The real server parses the rendered file (paths pointed at temporary files, loopback
         // only) and exits on any unknown or malformed directive.
-        let Some(bin) = crate::render::test_server::valkey8() else {
+        let Some(bin) = valkey_testkit::Flavor::V8.installed() else {
             eprintln!("skipped: valkey-server 8 not installed");
             return;
         };
@@ -298,7 +298,7 @@ pub(crate) mod tests {
 
     #[test]
     fn rendered_config_is_accepted_by_valkey_9() {
-        let Some(bin) = crate::render::test_server::valkey9() else {
+        let Some(bin) = valkey_testkit::Flavor::V9.installed() else {
             eprintln!("skipped: valkey-server-9 not installed");
             return;
         };
@@ -327,10 +327,10 @@ pub(crate) mod tests {
 
     fn check_with_server(bin: &std::path::Path, conf: &str) {
         let dir = tempfile::tempdir().unwrap();
-        let port = crate::render::test_server::free_port();
+        let port = valkey_testkit::free_port();
         let path = dir.path().join("valkey.conf");
         std::fs::write(&path, localize(conf, dir.path(), port)).unwrap();
-        let _server = crate::render::test_server::start(
+        let _server = valkey_testkit::Server::start_config(
             bin,
             &path,
             port,

@@ -67,7 +67,6 @@ pub fn liveness_script(tls: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::test_server;
 
     #[test]
     fn scripts_snapshot() {
@@ -97,13 +96,13 @@ mod tests {
             eprintln!("skipped: valkey-cli not installed");
             return;
         }
-        let Some(bin) = test_server::valkey8() else {
+        let Some(bin) = valkey_testkit::Flavor::V8.installed() else {
             eprintln!("skipped: valkey-server 8 not installed");
             return;
         };
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let port = test_server::free_port();
+        let port = valkey_testkit::free_port();
         // Before the server runs: neither ready nor alive.
         std::fs::write(d.join(EXPORTER_PASSWORD_KEY), "pw").unwrap();
         assert!(!run_script(&readiness_script(false), d, port));
@@ -126,7 +125,7 @@ mod tests {
             ),
         )
         .unwrap();
-        let _server = test_server::start(&bin, &conf, port, &[]);
+        let _server = valkey_testkit::Server::start_config(&bin, &conf, port, &[]);
         assert!(run_script(&readiness_script(false), d, port));
         assert!(run_script(&liveness_script(false), d, port));
         // A wrong password: the server answers (alive) but the probe is not authenticated.
@@ -157,7 +156,7 @@ mod tests {
             eprintln!("skipped: valkey-cli not installed");
             return;
         }
-        let Some(bin) = test_server::valkey8() else {
+        let Some(bin) = valkey_testkit::Flavor::V8.installed() else {
             eprintln!("skipped: valkey-server 8 (TLS build) not installed");
             return;
         };
@@ -168,7 +167,7 @@ mod tests {
         .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let port = test_server::free_port();
+        let port = valkey_testkit::free_port();
         let conf = crate::render::config::tests::localize(
             &crate::render::config::render_valkey_conf(&spec),
             d,
@@ -188,8 +187,12 @@ mod tests {
         std::fs::write(d.join(EXPORTER_PASSWORD_KEY), "pw").unwrap();
         let path = d.join("valkey.conf");
         std::fs::write(&path, conf).unwrap();
-        let _server =
-            test_server::start(&bin, &path, port, &["--cluster-announce-ip", "127.0.0.1"]);
+        let _server = valkey_testkit::Server::start_config(
+            &bin,
+            &path,
+            port,
+            &["--cluster-announce-ip", "127.0.0.1"],
+        );
         assert!(run_script(&readiness_script(true), d, port));
         assert!(run_script(&liveness_script(true), d, port));
         // Plain-text probes get no answer from a TLS-only server.

@@ -7,6 +7,9 @@ use valkey_api::{ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
 
 use super::{config, names, spread};
 
+/// The workload revision of a new ValkeyNode.
+pub const FIRST_REVISION: &str = "1";
+
 /// Inputs of a ValkeyNode that the cluster controller computes from observed state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeInputs {
@@ -70,17 +73,28 @@ pub fn valkey_node(
     }
 }
 
-/// All ValkeyNodes of `cluster`, shard-major (`0-0`, `0-1`, …, `1-0`, …).
+/// All ValkeyNodes of `cluster`, shard-major (`0-0`, `0-1`, …, `1-0`, …), each with the
+/// workload revision `revision_of` gives for its name (`"1"` when `None`: a new node).
 pub fn valkey_nodes(
     cluster: &ValkeyCluster,
-    inputs: &NodeInputs,
+    acl_revision: Option<&str>,
     owner: Option<OwnerReference>,
+    revision_of: impl Fn(&str) -> Option<String>,
 ) -> Vec<ValkeyNode> {
     let spec = &cluster.spec;
     let per_shard = i32::try_from(spec.nodes_per_shard()).unwrap_or(i32::MAX);
     (0..spec.shards.max(0))
         .flat_map(|s| (0..per_shard).map(move |n| (s, n)))
-        .map(|(s, n)| valkey_node(cluster, s, n, inputs, owner.clone()))
+        .map(|(s, n)| {
+            let name = names::valkey_node_name(&cluster.name_any(), s, n);
+            let inputs = NodeInputs {
+                acl_revision: acl_revision.map(str::to_owned),
+                workload_revision: Some(
+                    revision_of(&name).unwrap_or_else(|| FIRST_REVISION.into()),
+                ),
+            };
+            valkey_node(cluster, s, n, &inputs, owner.clone())
+        })
         .collect()
 }
 
@@ -97,7 +111,7 @@ pub(crate) mod tests {
     #[test]
     fn nodes_for_all_positions() {
         let c = cluster(serde_json::json!({"shards": 2, "replicas": 1}));
-        let nodes = valkey_nodes(&c, &NodeInputs::default(), None);
+        let nodes = valkey_nodes(&c, None, None, |_| None);
         let names: Vec<_> = nodes.iter().map(|n| n.name_any()).collect();
         assert_eq!(names, ["c-0-0", "c-0-1", "c-1-0", "c-1-1"]);
         assert_eq!(nodes[3].spec.shard_index, 1);

@@ -1,56 +1,138 @@
 //! From the facts of one pass to the ValkeyCluster conditions (pure).
 
-use valkey_api::defaults::SLOT_COUNT;
 use valkey_api::status::condition;
+use valkey_ops::SLOT_COUNT;
 
 use super::conditions::Cond;
 
-/// Reasons of the status contract.
-pub mod reason {
-    /// Ready=True.
-    pub const CLUSTER_HEALTHY: &str = "ClusterHealthy";
-    /// Ready=False: a child object could not be applied (see the `*Error` reasons).
-    pub const SERVICE_ERROR: &str = "ServiceError";
-    /// Ready=False: the ConfigMap could not be applied.
-    pub const CONFIG_MAP_ERROR: &str = "ConfigMapError";
-    /// Ready=False: the users ACL Secret could not be built or applied.
-    pub const USERS_ACL_ERROR: &str = "UsersACLError";
-    /// Ready=False: the system users Secret could not be built or applied.
-    pub const SYSTEM_USERS_ACL_ERROR: &str = "SystemUsersACLError";
-    /// Ready=False: a ValkeyNode could not be applied.
-    pub const VALKEY_NODE_ERROR: &str = "ValkeyNodeError";
-    /// Ready=False: the PodDisruptionBudget could not be applied.
-    pub const PDB_ERROR: &str = "PodDisruptionBudgetError";
-    /// Ready=False / Progressing=True: generic work in progress.
-    pub const RECONCILING: &str = "Reconciling";
-    /// Ready=False / Progressing=True: nodes are being rolled.
-    pub const UPDATING_NODES: &str = "UpdatingNodes";
-    /// Ready=False / ClusterFormed=False: a shard has no live primary owning slots.
-    pub const MISSING_SHARDS: &str = "MissingShards";
-    /// Ready=False / ClusterFormed=False: a shard lacks synced replicas.
-    pub const MISSING_REPLICAS: &str = "MissingReplicas";
-    /// Ready=False / Degraded=True: a pod cannot be scheduled.
-    pub const POD_UNSCHEDULABLE: &str = "PodUnschedulable";
-    /// Progressing=True before the cluster first formed.
-    pub const INITIALIZING: &str = "Initializing";
-    /// Progressing=True: nodes are being met / attached.
-    pub const ADDING_NODES: &str = "AddingNodes";
-    /// Progressing=True: slots are moving.
-    pub const REBALANCING_SLOTS: &str = "RebalancingSlots";
-    /// Progressing=False.
-    pub const RECONCILE_COMPLETE: &str = "ReconcileComplete";
-    /// Degraded=True: joining a node failed.
-    pub const NODE_ADD_FAILED: &str = "NodeAddFailed";
-    /// Degraded=True: moving slots failed.
-    pub const REBALANCE_FAILED: &str = "RebalanceFailed";
-    /// ClusterFormed=True.
-    pub const TOPOLOGY_COMPLETE: &str = "TopologyComplete";
-    /// SlotsAssigned=True.
-    pub const ALL_SLOTS_ASSIGNED: &str = "AllSlotsAssigned";
-    /// SlotsAssigned=False.
-    pub const SLOTS_UNASSIGNED: &str = "SlotsUnassigned";
-    /// ConfigurationWarning=True.
-    pub const GRACE_PERIOD_TOO_SHORT: &str = "GracePeriodTooShort";
+pub use valkey_api::status::reason;
+
+/// Why the operator is changing the cluster: a `Progressing=True` reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activity {
+    /// Generic work in progress (healing addresses, forgetting nodes, failing over).
+    Reconciling,
+    /// Nodes are being created, met or attached.
+    AddingNodes,
+    /// Nodes are being rolled or updated.
+    UpdatingNodes,
+    /// Slots are moving between shards.
+    RebalancingSlots,
+}
+
+impl Activity {
+    /// The contract reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Reconciling => reason::RECONCILING,
+            Self::AddingNodes => reason::ADDING_NODES,
+            Self::UpdatingNodes => reason::UPDATING_NODES,
+            Self::RebalancingSlots => reason::REBALANCING_SLOTS,
+        }
+    }
+}
+
+/// Work the operator did or is waiting for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// What kind of work.
+    pub activity: Activity,
+    /// What exactly.
+    pub message: String,
+}
+
+impl Progress {
+    /// Progress of `activity`.
+    pub fn new(activity: Activity, message: impl Into<String>) -> Self {
+        Self {
+            activity,
+            message: message.into(),
+        }
+    }
+}
+
+/// What kind of topology step failed: a `Degraded=True` reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    /// Joining a node (MEET, slot assignment, replica attachment) failed.
+    NodeAddFailed,
+    /// Moving slots failed.
+    RebalanceFailed,
+}
+
+/// A topology step that failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepFailure {
+    /// What kind of step.
+    pub kind: FailureKind,
+    /// The error.
+    pub message: String,
+}
+
+impl StepFailure {
+    /// A failure of `kind`.
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The contract reason.
+    pub fn reason(&self) -> &'static str {
+        match self.kind {
+            FailureKind::NodeAddFailed => reason::NODE_ADD_FAILED,
+            FailureKind::RebalanceFailed => reason::REBALANCE_FAILED,
+        }
+    }
+}
+
+/// A child object of the ValkeyCluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Child {
+    /// The headless Service.
+    Service,
+    /// The `valkey.conf` ConfigMap.
+    ConfigMap,
+    /// The ACL Secret (users).
+    UsersAcl,
+    /// The system users Secret.
+    SystemUsers,
+    /// A ValkeyNode.
+    ValkeyNode,
+    /// The PodDisruptionBudget.
+    PodDisruptionBudget,
+}
+
+/// A child object that could not be built or applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildFailure {
+    /// Which child.
+    pub child: Child,
+    /// The error.
+    pub message: String,
+}
+
+impl ChildFailure {
+    /// A failure of `child`.
+    pub fn new(child: Child, message: impl Into<String>) -> Self {
+        Self {
+            child,
+            message: message.into(),
+        }
+    }
+
+    /// The contract reason (`Ready=False`).
+    pub fn reason(&self) -> &'static str {
+        match self.child {
+            Child::Service => reason::SERVICE_ERROR,
+            Child::ConfigMap => reason::CONFIG_MAP_ERROR,
+            Child::UsersAcl => reason::USERS_ACL_ERROR,
+            Child::SystemUsers => reason::SYSTEM_USERS_ACL_ERROR,
+            Child::ValkeyNode => reason::VALKEY_NODE_ERROR,
+            Child::PodDisruptionBudget => reason::PDB_ERROR,
+        }
+    }
 }
 
 /// What the Valkey cluster looks like, summarised from the live views.
@@ -73,6 +155,12 @@ pub struct TopologyFacts {
     /// Nodes the cluster still knows that are no live pod's identity (a replaced pod's old
     /// node, not forgotten yet).
     pub departed_nodes: i32,
+    /// Slots that still change owner before the shards are balanced (rebalance or drain).
+    pub slots_to_move: u32,
+    /// ValkeyNodes outside the layout (lower `shards` or `replicas`) not removed yet.
+    pub surplus_nodes: i32,
+    /// Why the slot balance cannot be planned yet, when it cannot.
+    pub balance_blocked: Option<String>,
 }
 
 /// Everything a pass learned that decides the conditions.
@@ -80,25 +168,34 @@ pub struct TopologyFacts {
 pub struct Facts {
     /// Desired shard count.
     pub desired_shards: i32,
-    /// A child object failed to apply: Ready reason (`ServiceError`, ...) and message.
-    pub apply_error: Option<(&'static str, String)>,
+    /// A child object that failed to build or apply (the first one).
+    pub apply_error: Option<ChildFailure>,
     /// A pod the scheduler cannot place: the scheduler's message (with the pod name).
     pub unschedulable: Option<String>,
     /// Explicit grace period below the recommended minimum: the warning message.
     pub grace_period_warning: Option<String>,
     /// The live topology.
     pub topology: TopologyFacts,
-    /// Work the operator did or is waiting for: Progressing reason and message.
-    pub progress: Option<(&'static str, String)>,
-    /// A topology step failed: Degraded reason (`NodeAddFailed`, `RebalanceFailed`) and message.
-    pub step_failure: Option<(&'static str, String)>,
+    /// Work the operator did or is waiting for.
+    pub progress: Option<Progress>,
+    /// A topology step that failed.
+    pub step_failure: Option<StepFailure>,
 }
 
 /// Computes the ValkeyCluster conditions from the facts of a pass.
 pub fn conditions(f: &Facts) -> Vec<Cond> {
     let t = &f.topology;
     let slots_full = t.slots_assigned >= u32::from(SLOT_COUNT);
-    let slots = if slots_full {
+    let slots = if slots_full && t.slots_to_move > 0 {
+        Cond::no(
+            condition::SLOTS_ASSIGNED,
+            reason::SLOTS_UNASSIGNED,
+            format!(
+                "all {SLOT_COUNT} slots have an owner; {} slots still move to balance {} shards",
+                t.slots_to_move, f.desired_shards
+            ),
+        )
+    } else if slots_full {
         Cond::yes(
             condition::SLOTS_ASSIGNED,
             reason::ALL_SLOTS_ASSIGNED,
@@ -135,14 +232,28 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
         )
     };
 
-    let ready = if let Some((r, msg)) = &f.apply_error {
-        Cond::no(condition::READY, r, msg.clone())
+    let ready = if let Some(e) = &f.apply_error {
+        Cond::no(condition::READY, e.reason(), e.message.clone())
     } else if let Some(msg) = &f.unschedulable {
         Cond::no(condition::READY, reason::POD_UNSCHEDULABLE, msg.clone())
     } else if !formed.status {
         Cond::no(condition::READY, formed.reason, formed.message.clone())
-    } else if !slots_full {
+    } else if !slots.status {
         Cond::no(condition::READY, reason::RECONCILING, slots.message.clone())
+    } else if t.surplus_nodes > 0 {
+        let why = t
+            .balance_blocked
+            .as_deref()
+            .map(|b| format!(" (waiting: {b})"))
+            .unwrap_or_default();
+        Cond::no(
+            condition::READY,
+            reason::RECONCILING,
+            format!(
+                "{} ValkeyNodes outside the layout are being removed{why}",
+                t.surplus_nodes
+            ),
+        )
     } else if t.departed_nodes > 0 {
         Cond::no(
             condition::READY,
@@ -158,13 +269,13 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
             reason::RECONCILING,
             "waiting for every node to report cluster_state:ok",
         )
-    } else if let Some((r, msg)) = &f.progress {
-        let r = if *r == reason::UPDATING_NODES {
+    } else if let Some(p) = &f.progress {
+        let r = if p.activity == Activity::UpdatingNodes {
             reason::UPDATING_NODES
         } else {
             reason::RECONCILING
         };
-        Cond::no(condition::READY, r, msg.clone())
+        Cond::no(condition::READY, r, p.message.clone())
     } else {
         Cond::yes(
             condition::READY,
@@ -181,8 +292,8 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
     // sees is one of the contract's.
     let degraded = if let Some(msg) = &f.unschedulable {
         Cond::yes(condition::DEGRADED, reason::POD_UNSCHEDULABLE, msg.clone())
-    } else if let Some((r, msg)) = &f.step_failure {
-        Cond::yes(condition::DEGRADED, r, msg.clone())
+    } else if let Some(e) = &f.step_failure {
+        Cond::yes(condition::DEGRADED, e.reason(), e.message.clone())
     } else {
         Cond::no(
             condition::DEGRADED,
@@ -191,8 +302,12 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
         )
     };
 
-    let progressing = if let Some((r, msg)) = &f.progress {
-        Cond::yes(condition::PROGRESSING, r, msg.clone())
+    let progressing = if let Some(p) = &f.progress {
+        Cond::yes(
+            condition::PROGRESSING,
+            p.activity.reason(),
+            p.message.clone(),
+        )
     } else if !ready.status
         && f.apply_error.is_none()
         && degraded.reason != reason::POD_UNSCHEDULABLE
@@ -250,9 +365,38 @@ mod tests {
                 cluster_ok: true,
                 unjoined_nodes: 0,
                 departed_nodes: 0,
+                ..TopologyFacts::default()
             },
             ..Facts::default()
         }
+    }
+
+    #[test]
+    fn unbalanced_slots_and_surplus_nodes_block_ready() {
+        let mut f = healthy();
+        f.topology.slots_to_move = 2731;
+        let c = conditions(&f);
+        let slots = c
+            .iter()
+            .find(|c| c.type_ == condition::SLOTS_ASSIGNED)
+            .expect("slots");
+        assert!(!slots.status);
+        assert!(slots.message.contains("2731 slots still move"));
+        let ready = c
+            .iter()
+            .find(|c| c.type_ == condition::READY)
+            .expect("ready");
+        assert!(!ready.status);
+        let mut f = healthy();
+        f.topology.surplus_nodes = 2;
+        f.topology.balance_blocked = Some("shard 3 has no reachable primary".into());
+        let ready = conditions(&f)
+            .into_iter()
+            .find(|c| c.type_ == condition::READY)
+            .expect("ready");
+        assert!(!ready.status);
+        assert!(ready.message.contains("2 ValkeyNodes outside the layout"));
+        assert!(ready.message.contains("no reachable primary"));
     }
 
     #[test]
@@ -331,7 +475,7 @@ mod tests {
     #[test]
     fn step_in_progress_blocks_ready() {
         let mut f = healthy();
-        f.progress = Some((reason::ADDING_NODES, "meeting 2 nodes".into()));
+        f.progress = Some(Progress::new(Activity::AddingNodes, "meeting 2 nodes"));
         let c = conditions(&f);
         assert!(!get(&c, condition::READY).status);
         assert_eq!(get(&c, condition::PROGRESSING).reason, "AddingNodes");
@@ -355,7 +499,7 @@ mod tests {
     #[test]
     fn apply_error_fails() {
         let mut f = healthy();
-        f.apply_error = Some((reason::SERVICE_ERROR, "forbidden".into()));
+        f.apply_error = Some(ChildFailure::new(Child::Service, "forbidden"));
         let c = conditions(&f);
         let (state, reason, _) = derive_state(&c);
         assert_eq!(state, ClusterState::Failed);

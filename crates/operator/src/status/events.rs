@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use valkey_api::ValkeyClusterStatus;
-use valkey_api::status::{ShardStatus, condition};
+use valkey_api::status::{ShardStatus, condition, event};
 
 use super::assess::reason;
 use super::conditions::{find, is_true};
@@ -61,7 +61,7 @@ pub fn transition_events(
     let mut out = Vec::new();
     if entered(oc, nc, condition::READY) {
         out.push(EventSpec::normal(
-            "ClusterReady",
+            event::CLUSTER_READY,
             "Reconcile",
             find(nc, condition::READY).map_or_else(String::new, |c| c.message.clone()),
         ));
@@ -71,7 +71,7 @@ pub fn transition_events(
         && c.reason == reason::GRACE_PERIOD_TOO_SHORT
     {
         out.push(EventSpec::warning(
-            "GracePeriodTooShort",
+            event::GRACE_PERIOD_TOO_SHORT,
             "Validate",
             c.message.clone(),
         ));
@@ -83,7 +83,7 @@ pub fn transition_events(
             .is_some_and(|o| o.status == "True" && o.reason == reason::POD_UNSCHEDULABLE);
         if !was {
             out.push(EventSpec::warning(
-                "PodUnschedulable",
+                event::POD_UNSCHEDULABLE,
                 "Schedule",
                 c.message.clone(),
             ));
@@ -113,7 +113,7 @@ fn failovers(old: &[ShardStatus], new: &[ShardStatus]) -> Vec<EventSpec> {
                 _ => return None,
             };
             Some(EventSpec::normal(
-                "FailoverCompleted",
+                event::FAILOVER_COMPLETED,
                 "ObserveFailover",
                 note,
             ))

@@ -4,12 +4,15 @@
 pub mod assess;
 pub mod conditions;
 pub mod events;
+pub mod shards;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use valkey_api::ValkeyClusterStatus;
 use valkey_api::status::ShardStatus;
 
-pub use assess::{Facts, TopologyFacts, reason};
+pub use assess::{
+    Activity, Child, ChildFailure, Facts, FailureKind, Progress, StepFailure, TopologyFacts, reason,
+};
 pub use conditions::Cond;
 pub use events::{EventSpec, transition_events};
 

@@ -22,13 +22,13 @@ use crate::model::{ClusterNode, ClusterNodes};
 pub use acl::{AclLoadOutcome, SystemUsers, acl_load, acl_revision, system_acl_rules};
 pub use config::{config_set, wait_replicas};
 pub use migrate::{
-    AtomicMove, OpenSlot, finish_open_slots, get_slot_migrations, migrate_slot_keys,
-    migrate_slots_atomic, open_slots,
+    AtomicMove, KeyMigrationOptions, OpenSlot, finish_open_slots, get_slot_migrations,
+    migrate_slot_keys, migrate_slots_atomic, open_slots,
 };
-pub use observe::{observe_cluster, observe_node};
+pub use observe::{Position, observe_node, observe_topology};
 pub use topology::{
     FailoverMode, add_slots_range, ensure_config_epoch, failover, forget_everywhere, meet,
-    replicate,
+    replicate, reset_soft,
 };
 
 /// Errors of cluster commands.

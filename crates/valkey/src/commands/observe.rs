@@ -1,15 +1,15 @@
 //! Observation: one node's `CLUSTER NODES`, `CLUSTER INFO`, `INFO replication server` (one
 //! pipelined round trip) and, on Valkey >= 9, `CLUSTER GETSLOTMIGRATIONS`, parsed into the
-//! model's [`NodeObservation`]; and the [`ClusterView`] of many nodes fetched concurrently.
+//! model's [`NodeObservation`]; and the [`Topology`] of many positions observed concurrently.
 
-use std::collections::BTreeMap;
+use std::net::SocketAddr;
 
 use super::{CommandError, Result};
 use crate::client::NodePool;
 use crate::model::{
-    ClusterInfo, ClusterNodes, ClusterView, NodeObservation, ReplicationInfo, ReplicationRole,
-    ServerInfo,
+    ClusterInfo, ClusterNodes, NodeObservation, ReplicationInfo, ReplicationRole, ServerInfo,
 };
+use crate::topology::{Member, Topology};
 
 fn parse_err(addr: &str) -> impl Fn(crate::error::ParseError) -> CommandError + '_ {
     move |source| CommandError::Parse {
@@ -57,15 +57,42 @@ pub async fn observe_node(pool: &NodePool, addr: &str) -> Result<NodeObservation
     })
 }
 
-/// Observes every address concurrently and assembles the cluster view (unreachable or
-/// unparsable nodes are recorded as errors in the view, not returned).
-pub async fn observe_cluster(pool: &NodePool, addrs: &[String]) -> ClusterView {
-    let results = futures::future::join_all(addrs.iter().map(|a| async move {
-        (
-            a.clone(),
-            observe_node(pool, a).await.map_err(|e| e.to_string()),
-        )
+/// A position of the layout to observe: (shard index, node index, pod name, address).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Position {
+    /// Shard index.
+    pub shard: i32,
+    /// Node index inside the shard.
+    pub index: i32,
+    /// Pod name.
+    pub pod: String,
+    /// Address to dial.
+    pub addr: SocketAddr,
+}
+
+/// Observes every position concurrently into the topology model. An unreachable or
+/// unparsable node becomes a member without a view (`refused` when the connection was refused:
+/// its server process is not running).
+pub async fn observe_topology(pool: &NodePool, positions: Vec<Position>) -> Topology {
+    let members = futures::future::join_all(positions.into_iter().map(|p| async move {
+        let addr = p.addr.to_string();
+        let (view, refused) = match observe_node(pool, &addr).await {
+            Ok(o) => (Some(o.into()), false),
+            Err(e) => {
+                tracing::debug!(pod = %p.pod, %addr, error = %e, "node not observable");
+                let refused = matches!(&e, CommandError::Client(c) if c.is_connection_refused());
+                (None, refused)
+            }
+        };
+        Member {
+            shard: p.shard,
+            index: p.index,
+            pod: p.pod,
+            addr: p.addr,
+            view,
+            refused,
+        }
     }))
     .await;
-    ClusterView::new(results.into_iter().collect::<BTreeMap<_, _>>())
+    Topology::new(members)
 }

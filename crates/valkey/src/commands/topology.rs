@@ -1,5 +1,6 @@
 //! Topology commands: MEET, SET-CONFIG-EPOCH, ADDSLOTSRANGE, REPLICATE, FAILOVER, FORGET.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use tracing::{info, warn};
@@ -12,18 +13,6 @@ use crate::model::ClusterNodes;
 use crate::slots::{SlotRange, SlotSet};
 
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
-
-/// Host part of `ip:port` / `[v6]:port`.
-fn host_of(addr: &str) -> &str {
-    addr.rsplit_once(':')
-        .map_or(addr, |(h, _)| h)
-        .trim_matches(['[', ']'])
-}
-
-/// Port part of `ip:port`.
-fn port_of(addr: &str) -> Option<u16> {
-    addr.rsplit_once(':').and_then(|(_, p)| p.parse().ok())
-}
 
 /// Sets the config epoch of a *fresh* node (knows no other node, epoch 0) so that every
 /// primary of a new cluster starts with a distinct epoch. Returns whether it was set; a node
@@ -48,7 +37,8 @@ pub async fn ensure_config_epoch(pool: &NodePool, addr: &str, epoch: u64) -> Res
 /// Introduces the node at `new_addr` to the cluster through `seed_addr` (`CLUSTER MEET`
 /// sent to the seed). Skips when either side already knows the other or a handshake with
 /// that address is in progress. Returns whether MEET was sent.
-pub async fn meet(pool: &NodePool, seed_addr: &str, new_addr: &str) -> Result<bool> {
+pub async fn meet(pool: &NodePool, seed_addr: &str, new: SocketAddr) -> Result<bool> {
+    let new_addr = &new.to_string();
     let new_nodes = cluster_nodes(pool, new_addr).await?;
     let new_me = new_nodes
         .myself()
@@ -60,14 +50,14 @@ pub async fn meet(pool: &NodePool, seed_addr: &str, new_addr: &str) -> Result<bo
     if seed_me.id == new_me.id {
         return Ok(false);
     }
-    let ip = host_of(new_addr);
+    let ip = new.ip().to_string();
     let port = if new_me.addr.port != 0 {
         new_me.addr.port
     } else {
-        port_of(new_addr).unwrap_or(0)
+        new.port()
     };
     let pending = seed_nodes.nodes.iter().any(|n| {
-        n.id == new_me.id || (n.flags.handshake && n.addr.ip == ip && n.addr.port == port)
+        n.id == new_me.id || (n.flags.handshake && n.has_ip(new.ip()) && n.addr.port == port)
     });
     if pending || new_nodes.get(&seed_me.id).is_some() {
         return Ok(false);
@@ -309,6 +299,14 @@ pub async fn forget_everywhere(pool: &NodePool, addrs: &[String], dead_id: &str)
     Ok(forgot)
 }
 
+/// `CLUSTER RESET SOFT` on a node leaving the cluster: it forgets every other node and stops
+/// gossiping (a primary that still holds keys refuses).
+pub async fn reset_soft(pool: &NodePool, addr: &str) -> Result<()> {
+    exec(pool, addr, redis::cmd("CLUSTER").arg("RESET").arg("SOFT")).await?;
+    info!(addr, "cluster reset soft");
+    Ok(())
+}
+
 /// Id of the node at `addr` and whether `other_addr`'s view contains it.
 pub async fn knows(pool: &NodePool, addr: &str, other_addr: &str) -> Result<bool> {
     let id = node_id(pool, addr).await?;
@@ -365,12 +363,5 @@ mod tests {
                 .unwrap()
                 .contains("alive")
         );
-    }
-
-    #[test]
-    fn splits_host_and_port() {
-        assert_eq!(host_of("10.1.2.3:6379"), "10.1.2.3");
-        assert_eq!(host_of("[::1]:6379"), "::1");
-        assert_eq!(port_of("10.1.2.3:6379"), Some(6379));
     }
 }

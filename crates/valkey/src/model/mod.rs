@@ -3,9 +3,9 @@
 pub mod info;
 pub mod migrations;
 pub mod nodes;
+pub mod observation;
 pub mod resp;
 pub mod shards;
-pub mod view;
 
 pub use info::{
     ClusterInfo, ClusterState, ConnectedReplica, InfoFields, PersistenceInfo, PrimaryLinkStatus,
@@ -13,7 +13,5 @@ pub use info::{
 };
 pub use migrations::{MigrationOperation, MigrationState, SlotMigration, parse_slot_migrations};
 pub use nodes::{ClusterNode, ClusterNodes, LinkState, NodeAddr, NodeFlags, NodeRole};
+pub use observation::NodeObservation;
 pub use shards::{NodeHealth, Shard, ShardNode, ShardRole, parse_cluster_shards};
-pub use view::{
-    ClusterView, NodeObservation, OpenSlot, ReplicaPick, ShardView, StaleAddress, TransferKind,
-};

@@ -208,6 +208,21 @@ impl ClusterNode {
         self.slots.iter().map(SlotRange::len).sum()
     }
 
+    /// Whether the node is a primary that owns at least one slot (a shard's writer).
+    pub fn owns_slots(&self) -> bool {
+        self.is_primary() && !self.slots.is_empty()
+    }
+
+    /// Whether the node is a replica of `primary_id`.
+    pub fn replicates(&self, primary_id: &str) -> bool {
+        self.is_replica() && self.primary_id.as_deref() == Some(primary_id)
+    }
+
+    /// Whether the announced IP is `ip`.
+    pub fn has_ip(&self, ip: std::net::IpAddr) -> bool {
+        self.addr.ip.parse::<std::net::IpAddr>() == Ok(ip)
+    }
+
     /// Whether the address is unknown (`noaddr` flag or `:0@0`).
     pub fn has_no_address(&self) -> bool {
         self.flags.noaddr || self.addr.is_unknown()

@@ -467,5 +467,52 @@ mod tests {
             let rest = plan_rebalance(&owner, &tgt, 500).unwrap();
             prop_assert_eq!(rest.moved_slots() + moved, plan.moved_slots());
         }
+
+        /// The operator's loop: plan, run the first batch's moves from one source, observe,
+        /// plan again. Each slot changes owner at most once, the total is the minimum, and it
+        /// ends balanced — for scale-out, scale-in (drain) and both at once.
+        #[test]
+        fn replanning_after_every_move_moves_each_slot_once(
+            cur in ownership(),
+            keep in proptest::collection::vec(any::<bool>(), 8),
+            extra in 0u8..3,
+            max_batch in 1usize..5000,
+        ) {
+            let mut tgt: BTreeSet<u8> = cur
+                .keys()
+                .zip(&keep)
+                .filter(|&(_, k)| *k)
+                .map(|(s, _)| *s)
+                .collect();
+            tgt.extend((0..extra).map(|i| 100 + i));
+            prop_assume!(!tgt.is_empty());
+            let minimum = minimum_moves(&cur, &tgt).unwrap();
+            let mut owner = cur.clone();
+            let mut moved_count: BTreeMap<u16, usize> = BTreeMap::new();
+            let mut total = 0;
+            for _ in 0..20_000 {
+                let plan = plan_rebalance(&owner, &tgt, max_batch).unwrap();
+                let Some(batch) = plan.batches.first() else { break };
+                let source = batch[0].source;
+                let step: Vec<SlotMove<u8>> =
+                    batch.iter().filter(|m| m.source == source).cloned().collect();
+                for m in &step {
+                    for slot in m.slots.iter() {
+                        *moved_count.entry(slot).or_default() += 1;
+                    }
+                    total += m.slots.len();
+                }
+                apply(&mut owner, &step);
+            }
+            prop_assert!(plan_rebalance(&owner, &tgt, max_batch).unwrap().is_empty());
+            prop_assert!(moved_count.values().all(|&n| n == 1));
+            prop_assert_eq!(total, minimum);
+            let (lo, hi) = (16384 / tgt.len(), 16384usize.div_ceil(tgt.len()));
+            for k in &tgt {
+                let n = owner.get(k).map_or(0, SlotSet::len);
+                prop_assert!(n >= lo && n <= hi, "shard {} owns {}", k, n);
+            }
+            prop_assert!(owner.iter().filter(|(k, _)| !tgt.contains(k)).all(|(_, s)| s.is_empty()));
+        }
     }
 }

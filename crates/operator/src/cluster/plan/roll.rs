@@ -7,16 +7,12 @@
 //! replica (no acknowledged write is lost), then rolled as a replica. A pending node whose pod
 //! is not ready serves nothing and is rolled at once (its new template may be the fix).
 
+use std::net::SocketAddr;
+
 use kube::ResourceExt;
 use valkey_api::ValkeyNode;
-
-use super::topology::Member;
-
-/// Condition type set by the ValkeyNode controller on a deferred template change.
-pub const ROLL_PENDING: &str = "WorkloadRollPending";
-
-/// The first workload revision of a node.
-pub const FIRST_REVISION: &str = "1";
+use valkey_api::status::node_condition::WORKLOAD_ROLL_PENDING;
+use valkey_ops::{Member, Topology};
 
 /// The next step of a rolling update.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,7 +25,7 @@ pub enum RollStep {
     /// Demote a pending primary first: coordinated `CLUSTER FAILOVER` on this replica.
     Failover {
         /// Address of the replica to promote.
-        replica: String,
+        replica: SocketAddr,
         /// Shard index.
         shard: i32,
         /// ValkeyNode name of the primary to be rolled afterwards.
@@ -41,7 +37,7 @@ fn pending(node: &ValkeyNode) -> bool {
     node.status.as_ref().is_some_and(|s| {
         s.conditions
             .iter()
-            .any(|c| c.type_ == ROLL_PENDING && c.status == "True")
+            .any(|c| c.type_ == WORKLOAD_ROLL_PENDING && c.status == "True")
     })
 }
 
@@ -62,15 +58,13 @@ fn in_flight(node: &ValkeyNode) -> bool {
     rolling(node) || (!ready && !pending(node))
 }
 
-fn member_of<'a>(node: &ValkeyNode, members: &'a [Member]) -> Option<&'a Member> {
-    members
-        .iter()
-        .find(|m| m.shard == node.spec.shard_index && m.index == node.spec.node_index)
+fn member_of<'a>(node: &ValkeyNode, topology: &'a Topology) -> Option<&'a Member> {
+    topology.at(node.spec.shard_index, node.spec.node_index)
 }
 
 /// The next roll step. `healthy`: the topology needs no step and every shard has its primary
 /// and synced replicas.
-pub fn next_roll(nodes: &[ValkeyNode], members: &[Member], healthy: bool) -> Option<RollStep> {
+pub fn next_roll(nodes: &[ValkeyNode], topology: &Topology, healthy: bool) -> Option<RollStep> {
     if nodes.iter().any(in_flight) {
         return None;
     }
@@ -89,37 +83,18 @@ pub fn next_roll(nodes: &[ValkeyNode], members: &[Member], healthy: bool) -> Opt
     if !healthy {
         return None;
     }
-    let me = |n: &ValkeyNode| {
-        member_of(n, members)?
-            .view
-            .as_ref()?
-            .nodes
-            .myself()
-            .cloned()
-    };
-    if let Some(n) = waiting
-        .iter()
-        .find(|n| me(n).is_some_and(|m| m.is_replica()))
-    {
+    if let Some(n) = waiting.iter().find(|n| {
+        member_of(n, topology)
+            .and_then(Member::me)
+            .is_some_and(|m| m.is_replica())
+    }) {
         return Some(authorize(n));
     }
     let n = waiting.first()?;
-    let primary = me(n)?;
-    let replica = members
-        .iter()
-        .filter(|m| m.shard == n.spec.shard_index)
-        .filter_map(|m| {
-            let v = m.view.as_ref()?;
-            let r = v.nodes.myself()?;
-            (r.is_replica()
-                && r.primary_id.as_deref() == Some(primary.id.as_str())
-                && v.primary_link_up)
-                .then_some((v.repl_offset, -m.index, m))
-        })
-        .max_by_key(|(offset, index, _)| (*offset, *index));
-    Some(match replica {
-        Some((_, _, r)) => RollStep::Failover {
-            replica: r.addr.clone(),
+    let primary = member_of(n, topology).filter(|m| m.me().is_some())?;
+    Some(match topology.best_synced_replica(primary) {
+        Some(r) => RollStep::Failover {
+            replica: r.addr,
             shard: n.spec.shard_index,
             primary: n.name_any(),
         },
@@ -149,6 +124,14 @@ pub fn progress(nodes: &[ValkeyNode]) -> Option<String> {
     })
 }
 
+/// `desired` with its workload revision bumped: applying it authorizes its pending pod-template
+/// change.
+pub fn authorized(desired: &ValkeyNode) -> ValkeyNode {
+    let mut node = desired.clone();
+    node.spec.workload_revision = Some(bump(desired.spec.workload_revision.as_deref()));
+    node
+}
+
 /// The revision after `current` (`"1"` → `"2"`; anything unparsable restarts at `"1"` + 1).
 pub fn bump(current: Option<&str>) -> String {
     let n: u64 = current.and_then(|c| c.parse().ok()).unwrap_or(1);
@@ -158,9 +141,9 @@ pub fn bump(current: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::topology::NodeView;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
     use k8s_openapi::jiff::Timestamp;
+    use valkey_ops::NodeView;
     use valkey_ops::model::ClusterNodes;
 
     fn vnode(shard: i32, index: i32, pending_roll: bool, ready: bool) -> ValkeyNode {
@@ -175,7 +158,7 @@ mod tests {
         let mut conditions = Vec::new();
         if pending_roll {
             conditions.push(Condition {
-                type_: ROLL_PENDING.into(),
+                type_: WORKLOAD_ROLL_PENDING.into(),
                 status: "True".into(),
                 reason: "AwaitingWorkloadRevision".into(),
                 message: String::new(),
@@ -193,7 +176,11 @@ mod tests {
     }
 
     /// Shard 0: node `a0` primary of `a1` (index 1); shard 1: `a2` primary, `a3` replica.
-    fn members() -> Vec<Member> {
+    fn members() -> Topology {
+        Topology::new(member_list())
+    }
+
+    fn member_list() -> Vec<Member> {
         let nodes = "a0 10.0.0.1:6379@16379 master - 0 0 1 connected 0-8191\n\
                      a1 10.0.0.2:6379@16379 slave a0 0 0 1 connected\n\
                      a2 10.0.0.3:6379@16379 master - 0 0 2 connected 8192-16383\n\
@@ -203,19 +190,17 @@ mod tests {
                 &format!("{me} {ip}:6379@16379 "),
                 &format!("{me} {ip}:6379@16379 myself,"),
             );
+            let mut view = NodeView::from_nodes(ClusterNodes::parse(&text).expect("nodes"));
+            view.cluster_ok = true;
+            view.primary_link_up = index == 1;
+            view.repl_offset = 100;
             Member {
                 shard,
                 index,
                 pod: format!("pod-{shard}-{index}"),
-                addr: format!("{ip}:6379"),
+                addr: format!("{ip}:6379").parse().expect("address"),
                 refused: false,
-                view: Some(NodeView {
-                    nodes: ClusterNodes::parse(&text).expect("nodes"),
-                    cluster_ok: true,
-                    primary_link_up: index == 1,
-                    repl_offset: 100,
-                    link_down_since: None,
-                }),
+                view: Some(view),
             }
         };
         vec![
@@ -259,7 +244,7 @@ mod tests {
         assert_eq!(
             next_roll(&nodes, &members(), true),
             Some(RollStep::Failover {
-                replica: "10.0.0.2:6379".into(),
+                replica: "10.0.0.2:6379".parse().unwrap(),
                 shard: 0,
                 primary: "c-0-0".into(),
             })
@@ -299,9 +284,9 @@ mod tests {
     #[test]
     fn a_ready_primary_the_operator_cannot_reach_is_not_rolled() {
         let nodes = vec![vnode(0, 0, true, true)];
-        let mut m = members();
+        let mut m = member_list();
         m[0].view = None;
-        assert_eq!(next_roll(&nodes, &m, true), None);
+        assert_eq!(next_roll(&nodes, &Topology::new(m), true), None);
     }
 
     #[test]

@@ -12,54 +12,19 @@
 //!
 //! Needs root (localkube runs pods as processes in network namespaces); skipped otherwise.
 
-use std::os::unix::fs::MetadataExt;
+mod support;
+
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use valkey_api::{ValkeyCluster, ValkeyNode};
 use valkey_operator::render::{self, valkeynode::NodeInputs};
 
-const NS: &str = "default";
+use support::{Fixture, NS};
 const MANAGER: &str = "node-controller-test";
-
-fn is_root() -> bool {
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-async fn install_crds(client: &Client) -> anyhow::Result<()> {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in valkey_api::crds() {
-        let name = crd.name_any();
-        api.patch(
-            &name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&crd),
-        )
-        .await?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let established = api
-                .get(&name)
-                .await?
-                .status
-                .and_then(|s| s.conditions)
-                .is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True")
-                });
-            if established {
-                break;
-            }
-            ensure!(Instant::now() < deadline, "CRD {name} not established");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-    Ok(())
-}
 
 async fn apply<K>(client: &Client, obj: &K) -> anyhow::Result<()>
 where
@@ -132,24 +97,20 @@ async fn wait_ready(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_controller_on_localkube() -> anyhow::Result<()> {
-    if !is_root() {
-        eprintln!("skipped: localkube pods need root");
-        return Ok(());
-    }
     let opts = localkube::Options {
         nodes: 2,
         zones: 1,
         ..localkube::Options::default()
     };
-    let env = localkube::Env::start(opts).await?;
-    let client = env.client();
-    let result = scenario(&client).await;
-    env.stop().await;
+    let Some(fx) = Fixture::start_with(opts, false).await? else {
+        return Ok(());
+    };
+    let result = scenario(&fx.client).await;
+    fx.stop().await;
     result
 }
 
 async fn scenario(client: &Client) -> anyhow::Result<()> {
-    install_crds(client).await?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(valkey_operator::node::run(
         client.clone(),

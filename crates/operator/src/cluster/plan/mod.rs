@@ -1,0 +1,253 @@
+//! Planning (pure): from the observed world, the one risky step of a pass.
+//!
+//! In priority order: the topology of the layout (a failover a shard without a writer needs,
+//! MEET, re-MEET, slot assignment, replica attachment, forgetting a departed node;
+//! [`topology`]), the hand-over of a surplus primary ([`removal`]), slots left half-migrated,
+//! the next batch of the slot balance ([`rebalance`]), the retirement of surplus ValkeyNodes
+//! that serve nothing ([`removal`]), then the next rolling-update step ([`roll`]). At most one step is returned;
+//! executing it is [`super::act`]'s job, and the next pass plans again from the live view, so
+//! an interrupted step is resumed from what the cluster shows, never from memory.
+
+mod failover;
+mod rebalance;
+mod removal;
+pub mod roll;
+#[cfg(test)]
+pub(crate) mod testworld;
+mod topology;
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
+
+use kube::ResourceExt;
+use valkey_api::ValkeyNode;
+use valkey_api::status::ShardStatus;
+use valkey_ops::commands::FailoverMode;
+use valkey_ops::{Layout, SlotRange, Topology};
+
+pub use rebalance::{Balance, KEY_MIGRATION_BATCH_SLOTS, REBALANCE_BATCH_SLOTS};
+pub use topology::next_step;
+
+use crate::status::TopologyFacts;
+use crate::status::shards::analyze;
+
+/// One bounded step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Introduce isolated nodes to the cluster through the seed.
+    Meet {
+        /// Address of the best-connected node.
+        seed: SocketAddr,
+        /// Addresses of nodes the seed does not know.
+        nodes: Vec<SocketAddr>,
+    },
+    /// MEET again peers the seed knows under an old IP.
+    ReMeet {
+        /// Address of the seed.
+        seed: SocketAddr,
+        /// New addresses of the moved peers.
+        nodes: Vec<SocketAddr>,
+    },
+    /// Assign unowned slots to shard primaries (the initial plan's ranges).
+    AssignSlots {
+        /// (primary address, shard index, ranges).
+        assignments: Vec<(SocketAddr, i32, Vec<SlotRange>)>,
+    },
+    /// Attach nodes as replicas of their shard's live primary.
+    Replicate {
+        /// (replica address, primary node id, shard index).
+        attachments: Vec<(SocketAddr, String, i32)>,
+    },
+    /// Move slots between shard primaries: one batch of the minimal-move plan, whose
+    /// transfers are independent (distinct sources and targets) and run concurrently.
+    MigrateSlots {
+        /// The transfers of the batch.
+        transfers: Vec<Transfer>,
+        /// Key by key with `MIGRATE` (Valkey 8) instead of atomic `CLUSTER MIGRATESLOTS`.
+        by_key: bool,
+        /// Every reachable member, told the new owner after a key-by-key transfer.
+        others: Vec<SocketAddr>,
+    },
+    /// Complete slots left half-migrated (`MIGRATING`/`IMPORTING`) by an interrupted key-by-key
+    /// migration, toward the target they were going to.
+    FinishOpenSlots {
+        /// Addresses of every shard primary.
+        primaries: Vec<SocketAddr>,
+    },
+    /// Promote the most caught-up replica of a shard whose slot-owning primary is down, when
+    /// Valkey's own election cannot succeed (`TAKEOVER`) or would only start late (`FORCE`).
+    Failover {
+        /// Address of the replica to promote.
+        replica: SocketAddr,
+        /// Shard index.
+        shard: i32,
+        /// Node id of the failed primary.
+        failed: String,
+        /// `CLUSTER FAILOVER` mode.
+        mode: FailoverMode,
+    },
+    /// Forget a failed node that is no pod's identity any more.
+    Forget {
+        /// Node id to forget.
+        node_id: String,
+        /// Addresses of all reachable members (each must forget it).
+        addrs: Vec<SocketAddr>,
+    },
+    /// Retire surplus ValkeyNodes (outside the layout) that own no slot anywhere: forget their
+    /// nodes on every member of the layout, reset them so they stop gossiping, then delete the
+    /// ValkeyNodes.
+    Retire {
+        /// Node ids to forget (replicas before their primary).
+        forget: Vec<String>,
+        /// Members of the layout that must forget them.
+        at: Vec<SocketAddr>,
+        /// Addresses of the retiring nodes still running (reset, best effort).
+        reset: Vec<SocketAddr>,
+        /// ValkeyNode names to delete.
+        names: Vec<String>,
+    },
+    /// Hand a primary's slots over to its most caught-up synced replica with a coordinated
+    /// `CLUSTER FAILOVER` before its pod is rolled.
+    HandOver {
+        /// Address of the replica to promote.
+        replica: SocketAddr,
+        /// Shard index.
+        shard: i32,
+        /// ValkeyNode name of the primary to be rolled afterwards.
+        primary: String,
+    },
+    /// Authorize a pending pod-template change: the ValkeyNode with its workload revision
+    /// bumped, to be applied.
+    AuthorizeRoll {
+        /// The ValkeyNode as it is to be applied.
+        node: Box<ValkeyNode>,
+    },
+}
+
+/// Slots moving from one shard primary to another.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Transfer {
+    /// Address of the source primary.
+    pub source: SocketAddr,
+    /// Shard index of the source.
+    pub source_shard: i32,
+    /// Address of the target primary.
+    pub target: SocketAddr,
+    /// Node id of the target primary.
+    pub target_id: String,
+    /// Shard index of the target.
+    pub target_shard: i32,
+    /// The slots.
+    pub ranges: Vec<SlotRange>,
+    /// The source's shard is being removed (a drain).
+    pub draining: bool,
+}
+
+impl Transfer {
+    /// Number of slots.
+    pub fn slot_count(&self) -> usize {
+        self.ranges.iter().map(SlotRange::len).sum()
+    }
+}
+
+impl Step {
+    /// Short CamelCase name (for logs, metrics and `status.operation`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Meet { .. } => "Meet",
+            Self::ReMeet { .. } => "ReMeet",
+            Self::AssignSlots { .. } => "AssignSlots",
+            Self::Replicate { .. } => "Replicate",
+            Self::MigrateSlots { .. } => "MigrateSlots",
+            Self::Failover { .. } => "Failover",
+            Self::Forget { .. } => "Forget",
+            Self::FinishOpenSlots { .. } => "FinishOpenSlots",
+            Self::Retire { .. } => "Retire",
+            Self::HandOver { .. } => "HandOver",
+            Self::AuthorizeRoll { .. } => "AuthorizeRoll",
+        }
+    }
+}
+
+/// What planning reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Input<'a> {
+    /// The desired layout.
+    pub layout: Layout,
+    /// Every member (inside and outside the layout).
+    pub topology: &'a Topology,
+    /// IPs of the cluster's pods that still exist (see [`topology::next_step`]).
+    pub pod_ips: &'a BTreeSet<IpAddr>,
+    /// The ValkeyNodes as observed.
+    pub nodes: &'a [ValkeyNode],
+    /// The ValkeyNodes as built this pass (the current workload revisions).
+    pub desired_nodes: &'a [ValkeyNode],
+}
+
+/// The plan of a pass: its step and the facts the status is derived from.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The one step to execute, if any.
+    pub step: Option<Step>,
+    /// The live topology of the layout, summarised.
+    pub facts: TopologyFacts,
+    /// Per-shard status entries.
+    pub shards: Vec<ShardStatus>,
+    /// The rolling update's Progressing message while one is under way.
+    pub roll_progress: Option<String>,
+    /// How far the slots are from the balance of the layout.
+    pub balance: Balance,
+    /// ValkeyNodes outside the layout still to be removed.
+    pub surplus_nodes: usize,
+}
+
+/// Plans one pass.
+pub fn plan(input: &Input<'_>) -> Plan {
+    let within = input.topology.within(input.layout);
+    let (facts, shards) = analyze(input.layout, &within);
+    let layout_nodes: Vec<ValkeyNode> = input
+        .nodes
+        .iter()
+        .filter(|n| input.layout.contains(n.spec.shard_index, n.spec.node_index))
+        .cloned()
+        .collect();
+    let balance = rebalance::balance(input.layout, input.topology);
+    let surplus_nodes = input.nodes.len() - layout_nodes.len();
+    let step = next_step(input.layout, &within, Some(input.pod_ips))
+        .or_else(|| removal::surplus(input.layout, input.topology, input.nodes))
+        .or_else(|| rebalance::open_slots_step(input.layout, input.topology))
+        .or_else(|| rebalance::rebalance_step(input.layout, input.topology))
+        .or_else(|| {
+            let healthy = facts.cluster_ok
+                && facts.missing_shards == 0
+                && facts.missing_replicas == 0
+                && facts.unjoined_nodes == 0
+                && !balance.is_pending()
+                && surplus_nodes == 0;
+            match roll::next_roll(&layout_nodes, &within, healthy)? {
+                roll::RollStep::Authorize { node } => {
+                    let desired = input.desired_nodes.iter().find(|d| d.name_any() == node)?;
+                    Some(Step::AuthorizeRoll {
+                        node: Box::new(roll::authorized(desired)),
+                    })
+                }
+                roll::RollStep::Failover {
+                    replica,
+                    shard,
+                    primary,
+                } => Some(Step::HandOver {
+                    replica,
+                    shard,
+                    primary,
+                }),
+            }
+        });
+    Plan {
+        step,
+        facts,
+        shards,
+        roll_progress: roll::progress(&layout_nodes),
+        balance,
+        surplus_nodes,
+    }
+}

@@ -1,0 +1,259 @@
+//! The topology step of a pass (pure): from the desired layout and the live view of every
+//! member of it, at most one step (a failover, a MEET batch, a re-MEET of moved peers, a slot
+//! assignment, replica attachments, or forgetting one dead node).
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use valkey_ops::plan::initial_assignment;
+use valkey_ops::{Layout, Member, SLOT_COUNT, SlotSet, Topology};
+
+use super::Step;
+use super::failover::failover_step;
+
+/// The next step, or `None` when the topology matches the layout (or must wait).
+///
+/// `topology` holds the members of the layout only. `pod_ips` are the IPs of every pod of the
+/// cluster that still exists (any phase but Succeeded/Failed, terminating included), when
+/// known: a primary whose IP no pod holds any more is gone for certain, and its shard is
+/// failed over without waiting for Valkey's failure detection.
+pub fn next_step(
+    layout: Layout,
+    topology: &Topology,
+    pod_ips: Option<&BTreeSet<IpAddr>>,
+) -> Option<Step> {
+    let seed = topology.seed()?;
+
+    // 0. A shard without a writer that Valkey cannot fail over by itself comes first.
+    if let Some(step) = failover_step(layout, topology, pod_ips) {
+        return Some(step);
+    }
+
+    // 1. MEET nodes the seed does not know.
+    let unknown: Vec<_> = topology.unjoined().map(|m| m.addr).collect();
+    if !unknown.is_empty() {
+        return Some(Step::Meet {
+            seed: seed.addr,
+            nodes: unknown,
+        });
+    }
+
+    // 2. Re-MEET peers the seed knows under another IP.
+    let moved: Vec<_> = topology.moved().map(|m| m.addr).collect();
+    if !moved.is_empty() {
+        return Some(Step::ReMeet {
+            seed: seed.addr,
+            nodes: moved,
+        });
+    }
+
+    // 3. Assign unowned slots of the initial plan to the shard primaries.
+    let owned = topology.owned_slots();
+    if owned.len() < usize::from(SLOT_COUNT) {
+        let plan = usize::try_from(layout.shards)
+            .ok()
+            .and_then(|n| initial_assignment(n).ok())
+            .unwrap_or_default();
+        let mut assignments = Vec::new();
+        for (shard, range) in (0..).zip(plan) {
+            let missing = SlotSet::from_ranges(&[range]).difference(&owned);
+            if missing.is_empty() {
+                continue;
+            }
+            if let Some(p) = topology.primary(shard) {
+                assignments.push((p.addr, shard, missing.ranges().collect()));
+            }
+        }
+        if !assignments.is_empty() {
+            return Some(Step::AssignSlots { assignments });
+        }
+    }
+
+    // 4. Attach replicas to their shard's live primary.
+    let mut attachments = Vec::new();
+    for shard in 0..layout.shards {
+        let Some(p) = topology.primary(shard) else {
+            continue;
+        };
+        let Some(pid) = p.id() else { continue };
+        for m in topology.shard(shard).filter(|m| m.addr != p.addr) {
+            if m.me().is_some() && !m.replicates(pid) && !m.owns_slots() {
+                attachments.push((m.addr, pid.to_owned(), shard));
+            }
+        }
+    }
+    if !attachments.is_empty() {
+        return Some(Step::Replicate { attachments });
+    }
+
+    // 5. Forget one failed node that is no member's identity, owns no slots and has no live
+    //    replica following it (the command re-checks this guard on every node).
+    let live_ids = topology.live_ids();
+    let followed: BTreeSet<&str> = topology
+        .members()
+        .iter()
+        .filter_map(|m| m.me()?.primary_id.as_deref())
+        .collect();
+    let dead = topology.seed_view()?.nodes.iter().find(|n| {
+        !n.flags.myself
+            && (n.flags.fail || n.flags.noaddr)
+            && !live_ids.contains(n.id.as_str())
+            && !followed.contains(n.id.as_str())
+            && n.slot_count() == 0
+    })?;
+    Some(Step::Forget {
+        node_id: dead.id.clone(),
+        addrs: topology.reachable().map(|m: &Member| m.addr).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testworld::*;
+    use super::*;
+
+    #[test]
+    fn fresh_nodes_are_met_in_one_batch() {
+        let step = next_step(D31, &world(&fresh31(), &[]), None).unwrap();
+        let Step::Meet { seed, nodes } = step else {
+            panic!("expected meet, got {step:?}")
+        };
+        assert_eq!(seed, addr(1));
+        assert_eq!(nodes.len(), 5);
+    }
+
+    #[test]
+    fn joined_nodes_get_the_initial_slot_plan_on_index_0() {
+        let step = next_step(D31, &world(&fresh31(), &[1, 2, 3, 4, 5, 6]), None).unwrap();
+        let Step::AssignSlots { assignments } = step else {
+            panic!("expected slots, got {step:?}")
+        };
+        let got: Vec<(String, i32, String)> = assignments
+            .iter()
+            .map(|(a, s, r)| {
+                (
+                    a.to_string(),
+                    *s,
+                    r.iter().map(ToString::to_string).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("10.0.0.1:6379".to_owned(), 0, "0-5460".to_owned()),
+                ("10.0.0.3:6379".to_owned(), 1, "5461-10922".to_owned()),
+                ("10.0.0.5:6379".to_owned(), 2, "10923-16383".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn replicas_attach_to_their_shard_primary() {
+        let mut n = formed31();
+        for x in &mut n {
+            x.primary_of = None;
+        }
+        let step = next_step(D31, &world(&n, &[1, 2, 3, 4, 5, 6]), None).unwrap();
+        assert_eq!(
+            step,
+            Step::Replicate {
+                attachments: vec![
+                    (addr(2), id(1), 0),
+                    (addr(4), id(3), 1),
+                    (addr(6), id(5), 2),
+                ]
+            }
+        );
+    }
+
+    #[test]
+    fn formed_cluster_needs_nothing() {
+        let m = world(&formed31(), &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(next_step(D31, &m, None), None);
+    }
+
+    #[test]
+    fn roles_come_from_the_live_view_not_the_pod_name() {
+        // Failover happened in shard 0: node-index-1 is now the primary, index 0 its replica.
+        let n = failed_over31();
+        let m = world(&n, &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(next_step(D31, &m, None), None);
+    }
+
+    #[test]
+    fn replacement_pod_becomes_replica_of_current_primary() {
+        // Shard 0's primary died and was replaced by a new node id (7) at index 0; the old
+        // replica (2) took over the slots.
+        let mut n = taken_over31();
+        n.push(node(7, 0, 0));
+        let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(
+            next_step(D31, &m, None),
+            Some(Step::Replicate {
+                attachments: vec![(addr(7), id(2), 0)]
+            })
+        );
+    }
+
+    #[test]
+    fn dead_node_is_forgotten_once_nothing_depends_on_it() {
+        let mut n = taken_over31();
+        let mut n7 = node(7, 0, 0);
+        n7.primary_of = Some(2);
+        n.push(n7);
+        let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
+        let Some(Step::Forget { node_id, addrs }) = next_step(D31, &m, None) else {
+            panic!("expected forget")
+        };
+        assert_eq!(node_id, id(1));
+        assert_eq!(addrs.len(), 6);
+    }
+
+    #[test]
+    fn replica_of_a_dead_primary_waits_for_failover() {
+        // Primary 1 died still owning its slots; its replica must not be re-pointed to a new
+        // empty node at index 0.
+        let mut n = formed31();
+        n[0].fail = true;
+        n.push(node(7, 0, 0));
+        let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(next_step(D31, &m, None), None);
+    }
+
+    #[test]
+    fn moved_peer_is_met_again() {
+        let mut m = members(&world(&formed31(), &[1, 2, 3, 4, 5, 6]));
+        // Pod of node 6 restarted with its identity at a new IP.
+        m[5].addr = "10.0.0.66:6379".parse().unwrap();
+        assert_eq!(
+            next_step(D31, &Topology::new(m), None),
+            Some(Step::ReMeet {
+                seed: addr(1),
+                nodes: vec!["10.0.0.66:6379".parse().unwrap()]
+            })
+        );
+    }
+
+    #[test]
+    fn single_primary_gets_all_slots() {
+        let d = Layout {
+            shards: 1,
+            replicas: 0,
+        };
+        let m = world(&[node(1, 0, 0)], &[]);
+        let Some(Step::AssignSlots { assignments }) = next_step(d, &m, None) else {
+            panic!("expected slots")
+        };
+        assert_eq!(assignments[0].2[0].to_string(), "0-16383");
+    }
+
+    #[test]
+    fn unreachable_members_are_not_acted_on() {
+        let mut m = members(&world(&fresh31(), &[]));
+        for x in &mut m {
+            x.view = None;
+        }
+        assert_eq!(next_step(D31, &Topology::new(m), None), None);
+    }
+}

@@ -1,0 +1,126 @@
+//! From the topology model of the layout to the topology facts and the per-shard status
+//! entries (pure).
+
+use valkey_api::status::ShardStatus;
+use valkey_ops::{Layout, Topology};
+
+use super::TopologyFacts;
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// Facts for the status and the per-shard entries, from the live views of the layout's
+/// members.
+pub fn analyze(layout: Layout, topology: &Topology) -> (TopologyFacts, Vec<ShardStatus>) {
+    let mut facts = TopologyFacts::default();
+    if topology.seed().is_none() {
+        // Nothing reachable: every shard is missing (entries are still listed, so the status
+        // stays comparable from pass to pass).
+        facts.missing_shards = layout.shards;
+        facts.missing_replicas = layout.shards * layout.replicas;
+        let shards = (0..layout.shards)
+            .map(|index| ShardStatus {
+                index,
+                ..ShardStatus::default()
+            })
+            .collect();
+        return (facts, shards);
+    }
+    facts.slots_assigned = u32::try_from(topology.owned_slots().len()).unwrap_or(0);
+    facts.cluster_ok = topology
+        .reachable()
+        .all(|m| m.view.as_ref().is_some_and(|v| v.cluster_ok));
+    facts.unjoined_nodes = count(topology.unjoined().count());
+    facts.departed_nodes = count(topology.departed().count());
+
+    let mut shards = Vec::new();
+    for shard in 0..layout.shards {
+        let Some(p) = topology.writer(shard) else {
+            facts.missing_shards += 1;
+            facts.missing_replicas += layout.replicas;
+            shards.push(ShardStatus {
+                index: shard,
+                slots: topology
+                    .orphaned_slots(shard)
+                    .ranges()
+                    .map(|r| r.to_string())
+                    .collect(),
+                ..ShardStatus::default()
+            });
+            continue;
+        };
+        let synced = count(topology.synced_replicas(p).count());
+        facts.shards_present += 1;
+        facts.missing_replicas += (layout.replicas - synced).max(0);
+        if synced >= layout.replicas {
+            facts.ready_shards += 1;
+        }
+        shards.push(ShardStatus {
+            index: shard,
+            primary_pod: Some(p.pod.clone()),
+            replicas: synced,
+            slots: p
+                .me()
+                .map(|me| me.slot_set().ranges().map(|r| r.to_string()).collect())
+                .unwrap_or_default(),
+        });
+    }
+    (facts, shards)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::plan::testworld::*;
+
+    #[test]
+    fn formed_cluster_is_ready() {
+        let m = world(&formed31(), &[1, 2, 3, 4, 5, 6]);
+        let (facts, shards) = analyze(D31, &m);
+        assert_eq!(facts.shards_present, 3);
+        assert_eq!(facts.ready_shards, 3);
+        assert_eq!(facts.missing_replicas, 0);
+        assert_eq!(facts.slots_assigned, 16384);
+        assert_eq!(shards[1].primary_pod.as_deref(), Some("pod-1-0"));
+        assert_eq!(shards[1].slots, ["5461-10922"]);
+        assert_eq!(shards[1].replicas, 1);
+    }
+
+    #[test]
+    fn roles_come_from_the_live_view_not_the_pod_name() {
+        let n = failed_over31();
+        let (facts, shards) = analyze(D31, &world(&n, &[1, 2, 3, 4, 5, 6]));
+        assert_eq!(facts.ready_shards, 3);
+        assert_eq!(shards[0].primary_pod.as_deref(), Some("pod-0-1"));
+    }
+
+    #[test]
+    fn replacement_pod_is_a_missing_replica_until_attached() {
+        let mut n = taken_over31();
+        n.push(node(7, 0, 0));
+        let (facts, _) = analyze(D31, &world(&n, &[1, 2, 3, 4, 5, 6, 7]));
+        assert_eq!(facts.missing_replicas, 1);
+    }
+
+    #[test]
+    fn shard_of_a_dead_primary_is_missing_and_keeps_its_slots() {
+        let mut n = formed31();
+        n[0].fail = true;
+        n.push(node(7, 0, 0));
+        let (facts, shards) = analyze(D31, &world(&n, &[1, 2, 3, 4, 5, 6, 7]));
+        assert_eq!(facts.missing_shards, 1);
+        assert_eq!(shards[0].slots, ["0-5460"]);
+    }
+
+    #[test]
+    fn unreachable_members_make_every_shard_missing() {
+        let mut m = members(&world(&fresh31(), &[]));
+        for x in &mut m {
+            x.view = None;
+        }
+        let (facts, shards) = analyze(D31, &Topology::new(m));
+        assert_eq!(facts.missing_shards, 3);
+        assert_eq!(shards.len(), 3);
+    }
+}

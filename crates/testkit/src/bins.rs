@@ -1,0 +1,66 @@
+//! Where the Valkey server binaries are.
+
+use std::path::{Path, PathBuf};
+
+/// Which server binary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// Valkey 9.1 (atomic slot migration, no TLS).
+    V9,
+    /// Valkey 8.0 (TLS).
+    V8,
+}
+
+/// The dependency cache's bin directory: `$LOCALKUBE_BIN_DIR`, else
+/// `$VALKEY_OPERATOR_CACHE/bin`, else `~/.cache/valkey-operator/bin`.
+pub fn bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("LOCALKUBE_BIN_DIR") {
+        return d.into();
+    }
+    if let Some(c) = std::env::var_os("VALKEY_OPERATOR_CACHE") {
+        return PathBuf::from(c).join("bin");
+    }
+    PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+        .join(".cache/valkey-operator/bin")
+}
+
+impl Flavor {
+    /// Major version.
+    pub fn major(self) -> u32 {
+        match self {
+            Flavor::V9 => 9,
+            Flavor::V8 => 8,
+        }
+    }
+
+    /// The binary: `VALKEY9_SERVER` / `VALKEY8_SERVER` when set, else the installed one.
+    pub fn binary(self) -> PathBuf {
+        let (var, default) = match self {
+            Flavor::V9 => ("VALKEY9_SERVER", bin_dir().join("valkey-server-9")),
+            Flavor::V8 => ("VALKEY8_SERVER", PathBuf::from("/usr/bin/valkey-server")),
+        };
+        let p = std::env::var_os(var).map_or(default, PathBuf::from);
+        if p.exists() || self == Flavor::V8 {
+            return p;
+        }
+        // The installer creates the symlink last; fall back to the versioned cache directory.
+        let cache = p
+            .parent()
+            .and_then(Path::parent)
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        std::fs::read_dir(&cache)
+            .ok()
+            .and_then(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.path().join("valkey-server"))
+                    .find(|p| p.exists() && p.to_string_lossy().contains("valkey-9"))
+            })
+            .unwrap_or(p)
+    }
+
+    /// The binary when it is installed.
+    pub fn installed(self) -> Option<PathBuf> {
+        Some(self.binary()).filter(|p| p.exists())
+    }
+}

@@ -1,0 +1,42 @@
+//! The one test harness of the workspace: real `valkey-server` processes on free loopback
+//! ports in temporary directories (killed on drop), TLS material, cluster formation and key
+//! helpers built on `valkey-ops`' commands.
+//!
+//! Binaries (see [`bins`]): Valkey 9.1 (`valkey-server-9`, no TLS) and Valkey 8.0
+//! (`/usr/bin/valkey-server`, TLS), both installed by `hack/install-deps.sh`.
+
+pub mod bins;
+pub mod cluster;
+pub mod keys;
+pub mod server;
+pub mod tls;
+
+pub use bins::Flavor;
+pub use cluster::*;
+pub use keys::*;
+pub use server::{Server, acl_lines, free_port, start_servers};
+pub use tls::{TLS_SERVER_NAME, TlsFiles};
+
+/// Password of `_operator` on harness servers.
+pub const OPERATOR_PASSWORD: &str = "operator-secret";
+/// Password of `_replication` on harness servers.
+pub const REPLICATION_PASSWORD: &str = "replication-secret";
+/// Password of `_exporter` on harness servers.
+pub const EXPORTER_PASSWORD: &str = "exporter-secret";
+/// Application user of harness servers (all commands, all keys).
+pub const APP_USER: &str = "app";
+/// Its password.
+pub const APP_PASSWORD: &str = "app-secret";
+/// Revision of the ACL file written by the harness.
+pub const ACL_REVISION: &str = "harness0";
+
+/// Logs of `valkey_ops` (and `RUST_LOG`) to the test output.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "valkey_ops=info".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}

@@ -1,0 +1,46 @@
+//! TLS material for tests: a CA and a server certificate with a DNS SAN.
+
+/// DNS name in the test server certificate's SAN.
+pub const TLS_SERVER_NAME: &str = "valkey.cluster.test";
+
+/// Certificates generated for a TLS test (`ca.crt`, `tls.crt`, `tls.key` in a temp dir).
+pub struct TlsFiles {
+    /// The directory holding the files.
+    pub dir: tempfile::TempDir,
+    /// The CA certificate (PEM).
+    pub ca_pem: Vec<u8>,
+}
+
+impl TlsFiles {
+    /// A new CA and a server certificate for [`TLS_SERVER_NAME`].
+    pub fn generate() -> Self {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca_key = KeyPair::generate().expect("key");
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "valkey-ops test CA");
+        let ca_cert = ca_params.self_signed(&ca_key).expect("CA");
+        let issuer = Issuer::new(ca_params, ca_key);
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(vec![TLS_SERVER_NAME.to_owned()]).expect("params");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, TLS_SERVER_NAME);
+        let cert = params.signed_by(&key, &issuer).expect("certificate");
+        std::fs::write(dir.path().join("ca.crt"), ca_cert.pem()).expect("write");
+        std::fs::write(dir.path().join("tls.crt"), cert.pem()).expect("write");
+        std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).expect("write");
+        Self {
+            ca_pem: ca_cert.pem().into_bytes(),
+            dir,
+        }
+    }
+
+    /// Path of one of the files.
+    pub fn path(&self, f: &str) -> String {
+        self.dir.path().join(f).display().to_string()
+    }
+}
