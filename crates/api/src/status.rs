@@ -252,10 +252,13 @@ pub struct OperationStatus {
     /// Slot balance: slots moved so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slots_moved: Option<i32>,
-    /// Slot balance: keys moved so far (counted by key-by-key migration on Valkey 8; atomic
-    /// slot migration on Valkey 9 moves whole slots and does not count keys).
+    /// Slot balance: keys moved so far (counted by key-by-key migration on Valkey 8, and for
+    /// atomic slot migration on Valkey 9 the keys the slots held when their batch started).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keys_moved: Option<i64>,
+    /// Slot balance: keys moved per second since the operation started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys_per_second: Option<i64>,
     /// Slot balance: estimated seconds until done, from the rate so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eta_seconds: Option<i64>,

@@ -1,4 +1,4 @@
-//! Elastic topology end to end on localkube with real Valkey pods (needs root). Three
+//! Elastic topology end to end on localkube with real Valkey pods (needs root). Six
 //! clusters share one localkube and run concurrently, each under a continuous cluster-aware
 //! writer (`SET` + `WAIT`); every acknowledged write must read back at the end, and the slot
 //! counts, roles and replica links are checked exactly after every change.
@@ -9,6 +9,10 @@
 //! 2. `replicas` 1 → 2 → 1 → 0 on one shard, each time after a failover moved the primary to
 //!    the highest node-index, so removing a node-index means handing its slots over first.
 //! 3. `shards` 1 → 2 → 1 on a Valkey 8 image (key-by-key `MIGRATE`).
+//! 4. `shards` 1 → 3 → 1 with one replica each (`WAIT 1`).
+//! 5. `shards` 3 → 5 → 2 without replicas: three shards drained at once onto two.
+//! 6. A drain that does not fit under `maxmemory` does not start (Degraded, `DrainFailed`),
+//!    the cluster keeps serving; once `maxmemory` is raised it runs.
 
 mod support;
 
@@ -69,6 +73,154 @@ async fn wait_layout(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// The even layout of `shards` shards with `replicas` each, highest slot count first.
+fn even(shards: usize, replicas: usize) -> Vec<(usize, usize)> {
+    let (base, extra) = (16384 / shards, 16384 % shards);
+    (0..shards)
+        .map(|i| (base + usize::from(i < extra), replicas))
+        .collect()
+}
+
+/// Creates `name` with `steps[0]` shards, loads keys, then under a writer moves through the
+/// other shard counts, checking the exact even layout after each; every key reads back.
+async fn scale_through(
+    fx: &Fixture,
+    name: &str,
+    replicas: i32,
+    steps: &[i32],
+) -> anyhow::Result<()> {
+    let client = &fx.client;
+    let pw = format!("{name}-app-pw");
+    create_user_secret(client, &format!("{name}-app"), &pw).await?;
+    create_cluster(client, name, steps[0], replicas).await?;
+    wait_ready(client, name, steps[0], Duration::from_secs(300)).await?;
+    let mut conn = cluster_client(client, name, &pw).await?;
+    if replicas > 0 {
+        acked_writes(&mut conn, 2_000, "pre").await?;
+    } else {
+        write_read(&mut conn, 2_000, "pre").await?;
+    }
+    let writer = Writer::start(client, name, &pw, i64::from(replicas.min(1)));
+    let mut path = steps[0].to_string();
+    for shards in &steps[1..] {
+        let t0 = Instant::now();
+        patch_spec(client, name, serde_json::json!({"shards": shards})).await?;
+        wait_ready(client, name, *shards, Duration::from_secs(300)).await?;
+        let want = even(usize::try_from(*shards)?, usize::try_from(replicas)?);
+        wait_layout(client, name, &want, Duration::from_secs(60)).await?;
+        eprintln!(
+            "MEASURE {name} {}→{shards} (2000 keys + writer): {:.1}s",
+            path.rsplit('→').next().unwrap_or_default(),
+            t0.elapsed().as_secs_f64()
+        );
+        path = format!("{path}→{shards}");
+    }
+    let (n, gap) = writer.stop_and_check(client, name, &pw, &path).await?;
+    eprintln!(
+        "MEASURE {name} {path}: {n} writes acknowledged, longest gap {:.2}s",
+        gap.as_secs_f64()
+    );
+    let mut conn = cluster_client(client, name, &pw).await?;
+    check_acked(&mut conn, 2_000, "pre", &path).await?;
+    Ok(())
+}
+
+/// A 2 → 1 drain under a small `maxmemory`: held back with the missing amount in the status
+/// and one `DrainFailed` event, nothing moved, still serving; after raising `maxmemory` it
+/// completes with every key.
+async fn drain_needs_room(fx: &Fixture) -> anyhow::Result<()> {
+    let client = &fx.client;
+    let (name, pw) = ("roomy", "roomy-app-pw");
+    create_user_secret(client, &format!("{name}-app"), pw).await?;
+    create_cluster_with(
+        client,
+        name,
+        2,
+        0,
+        serde_json::json!({"config": {"maxmemory": "12mb"}}),
+    )
+    .await?;
+    wait_ready(client, name, 2, Duration::from_secs(300)).await?;
+    let mut conn = cluster_client(client, name, pw).await?;
+    let value = "x".repeat(1000);
+    for i in 0..12_000 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("big:{i}"))
+            .arg(&value)
+            .query_async(&mut conn)
+            .await?;
+    }
+    patch_spec(client, name, serde_json::json!({"shards": 1})).await?;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let degraded = loop {
+        let status = api.get(name).await?.status.unwrap_or_default();
+        if let Some(c) = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Degraded" && c.status == "True")
+        {
+            break c.clone();
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "no Degraded condition: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    eprintln!("[{name}] held back: {}", degraded.message);
+    ensure!(degraded.reason == "RebalanceFailed", "{degraded:?}");
+    ensure!(
+        degraded.message.contains("missing") && degraded.message.contains("maxmemory"),
+        "{degraded:?}"
+    );
+    // Nothing moved, and it still serves.
+    wait_layout(
+        client,
+        name,
+        &[(8192, 0), (8192, 0)],
+        Duration::from_secs(10),
+    )
+    .await?;
+    let _: () = redis::cmd("SET")
+        .arg("still")
+        .arg("serving")
+        .query_async(&mut conn)
+        .await?;
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), NS)
+        .list(
+            &kube::api::ListParams::default()
+                .fields(&format!("involvedObject.name={name},reason=DrainFailed")),
+        )
+        .await?;
+    ensure!(
+        events.items.len() == 1,
+        "DrainFailed events: {}",
+        events.items.len()
+    );
+
+    patch_spec(
+        client,
+        name,
+        serde_json::json!({"config": {"maxmemory": "64mb"}}),
+    )
+    .await?;
+    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
+    wait_layout(client, name, &[(16384, 0)], Duration::from_secs(60)).await?;
+    let mut conn = cluster_client(client, name, pw).await?;
+    for i in (0..12_000).step_by(7) {
+        let v: Option<String> = redis::cmd("GET")
+            .arg(format!("big:{i}"))
+            .query_async(&mut conn)
+            .await?;
+        ensure!(
+            v.as_deref() == Some(value.as_str()),
+            "big:{i} lost in the drain"
+        );
+    }
+    Ok(())
 }
 
 /// Moves shard 0's primary to its highest node-index with a coordinated failover.
@@ -278,10 +430,13 @@ async fn operator_root_elastic_shards_and_replicas() -> anyhow::Result<()> {
         return Ok(());
     };
     let operator = tokio::sync::Mutex::new(fx.operator.take());
-    let (a, b, c) = tokio::join!(
+    let (a, b, c, d, e, f) = tokio::join!(
         shards_3_4_3(&fx, &operator),
         replicas_1_2_1_0(&fx),
-        valkey8_shards_1_2_1(&fx)
+        valkey8_shards_1_2_1(&fx),
+        scale_through(&fx, "three", 1, &[1, 3, 1]),
+        scale_through(&fx, "five", 0, &[3, 5, 2]),
+        drain_needs_room(&fx),
     );
     if let Some(o) = operator.into_inner() {
         o.stop().await;
@@ -290,5 +445,8 @@ async fn operator_root_elastic_shards_and_replicas() -> anyhow::Result<()> {
     a.context("shards 3→4→3")?;
     b.context("replicas 1→2→1→0")?;
     c.context("Valkey 8 shards 1→2→1")?;
+    d.context("shards 1→3→1")?;
+    e.context("shards 3→5→2")?;
+    f.context("a drain without room")?;
     Ok(())
 }

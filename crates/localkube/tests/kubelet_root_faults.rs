@@ -44,13 +44,9 @@ fn main_status(p: &Pod) -> Option<k8s_openapi::api::core::v1::ContainerStatus> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubelet_root_faults_and_lifecycle() {
-    require_root!();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("localkube=info")
-        .try_init();
-    let env = localkube::Env::start(localkube::Options::default())
-        .await
-        .unwrap();
+    let Some(env) = support::start_env().await else {
+        return;
+    };
     let client = env.client();
     let dir = env.dir().to_path_buf();
     let faults = env.faults().unwrap();

@@ -34,13 +34,9 @@ fn valkey_pod(name: &str) -> Pod {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubelet_root_pod_lifecycle() {
-    require_root!();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("localkube=info")
-        .try_init();
-    let env = localkube::Env::start(localkube::Options::default())
-        .await
-        .unwrap();
+    let Some(env) = support::start_env().await else {
+        return;
+    };
     let client = env.client();
     let dir = env.dir().to_path_buf();
     let ns = "kl";

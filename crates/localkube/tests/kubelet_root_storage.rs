@@ -55,13 +55,9 @@ fn storage(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubelet_root_storage() {
-    require_root!();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("localkube=info")
-        .try_init();
-    let env = localkube::Env::start(localkube::Options::default())
-        .await
-        .unwrap();
+    let Some(env) = support::start_env().await else {
+        return;
+    };
     let client = env.client();
     let ns = "st";
     create_ns(&client, ns).await;

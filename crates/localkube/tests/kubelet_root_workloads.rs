@@ -59,13 +59,9 @@ async fn ready_pods(pods: &Api<Pod>, app: &str, n: usize) -> Vec<Pod> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubelet_root_workloads() {
-    require_root!();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("localkube=info")
-        .try_init();
-    let env = localkube::Env::start(localkube::Options::default())
-        .await
-        .unwrap();
+    let Some(env) = support::start_env().await else {
+        return;
+    };
     let client = env.client();
     let ns = "wl";
     create_ns(&client, ns).await;

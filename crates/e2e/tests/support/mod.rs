@@ -186,6 +186,13 @@ pub async fn create_cluster_with(
     Ok(())
 }
 
+/// Seconds since this test process first asked: one clock for every log line, so a writer's
+/// gap can be matched with the status it happened in.
+pub fn clock() -> f64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_secs_f64()
+}
+
 /// Waits until the cluster is Ready with all shards ready; returns the ready object.
 pub async fn wait_ready(
     client: &Client,
@@ -201,7 +208,7 @@ pub async fn wait_ready(
         if let Some(s) = &vc.status {
             let now = format!("{:?} {:?} {:?}", s.state, s.reason, s.message);
             if now != last {
-                eprintln!("[{name}] {now}");
+                eprintln!("[{name} {:.1}s] {now}", clock());
                 last = now;
             }
             let current = s.observed_generation == vc.metadata.generation;
@@ -336,6 +343,23 @@ pub async fn cluster_client(
     Ok(cc.get_async_connection().await?)
 }
 
+/// The [`Writer`]'s client: a few quick retries (redirects, a moved slot) instead of the
+/// library's 16 with exponential back-off up to minutes, so an error reaches the writer (and
+/// its log) and a gap is the cluster's, not the client's back-off.
+async fn writer_client(
+    client: &Client,
+    name: &str,
+    pw: &str,
+) -> anyhow::Result<redis::cluster_async::ClusterConnection> {
+    let cc = cluster_client_builder(client, name, pw)
+        .await?
+        .retries(4)
+        .min_retry_wait(20)
+        .max_retry_wait(200)
+        .build()?;
+    Ok(cc.get_async_connection().await?)
+}
+
 pub async fn write_read(
     conn: &mut redis::cluster_async::ClusterConnection,
     n: usize,
@@ -442,7 +466,7 @@ pub async fn acked_writes(
 }
 
 /// A continuous cluster-aware writer: `SET w:<i>` (keys spread over every slot), each
-/// confirmed with `WAIT <replicas>`, until stopped.
+/// confirmed with `WAIT <replicas>` on the key's primary, until stopped.
 pub struct Writer {
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<anyhow::Result<(Vec<usize>, Duration)>>,
@@ -460,35 +484,60 @@ impl Writer {
             let mut max_gap = Duration::ZERO;
             let mut conn = None;
             let mut i = 0usize;
+            // Why the writes since the last acknowledged one failed (the last reason).
+            let mut why = String::new();
             while !*rx.borrow() {
                 if conn.is_none() {
-                    conn = cluster_client(&client, &name, &pw).await.ok();
+                    match writer_client(&client, &name, &pw).await {
+                        Ok(c) => conn = Some(c),
+                        Err(e) => why = format!("connect: {e:#}"),
+                    }
                 }
                 let Some(c) = conn.as_mut() else {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
                 let key = format!("w:{i}");
-                let r: redis::RedisResult<i64> = async {
-                    let _: () = redis::cmd("SET").arg(&key).arg(i).query_async(c).await?;
-                    if replicas == 0 {
-                        return Ok(0);
-                    }
-                    redis::cmd("WAIT")
+                // `WAIT` alone goes to every primary (the client takes the minimum); pipelined
+                // after the `SET` it goes to the key's primary, which is what acknowledges it.
+                let r: redis::RedisResult<i64> = if replicas == 0 {
+                    redis::cmd("SET")
+                        .arg(&key)
+                        .arg(i)
+                        .query_async::<()>(c)
+                        .await
+                        .map(|()| 0)
+                } else {
+                    redis::pipe()
+                        .cmd("SET")
+                        .arg(&key)
+                        .arg(i)
+                        .ignore()
+                        .cmd("WAIT")
                         .arg(replicas)
                         .arg(500)
-                        .query_async(c)
+                        .query_async::<(i64,)>(c)
                         .await
-                }
-                .await;
+                        .map(|(n,)| n)
+                };
                 match r {
                     Ok(n) if n >= replicas => {
+                        let gap = last_ok.elapsed();
+                        if gap > Duration::from_secs(1) {
+                            eprintln!(
+                                "[writer {name} {:.1}s] {:.1}s without an acknowledged write (last failure: {why:?})",
+                                clock(),
+                                gap.as_secs_f64()
+                            );
+                        }
                         acked.push(i);
-                        max_gap = max_gap.max(last_ok.elapsed());
+                        max_gap = max_gap.max(gap);
                         last_ok = Instant::now();
+                        why.clear();
                     }
-                    Ok(_) => {}
-                    Err(_) => {
+                    Ok(n) => why = format!("{key}: WAIT {replicas} answered {n}"),
+                    Err(e) => {
+                        why = format!("{key}: {e}");
                         conn = None;
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }

@@ -25,6 +25,23 @@ macro_rules! require_root {
     };
 }
 
+/// A default localkube with `localkube=info` logs, or `None` (skipped, said on stderr) when
+/// not root.
+pub async fn start_env() -> Option<localkube::Env> {
+    if !is_root() {
+        eprintln!("skipped: needs root for network/mount namespaces and bridges");
+        return None;
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("localkube=info")
+        .try_init();
+    Some(
+        localkube::Env::start(localkube::Options::default())
+            .await
+            .expect("localkube starts"),
+    )
+}
+
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
 where
     F: FnMut() -> Fut,

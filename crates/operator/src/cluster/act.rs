@@ -345,21 +345,23 @@ async fn migrate(
         let others = &others;
         async move {
             let src = t.source.to_string();
+            let slots: Vec<u16> = t.ranges.iter().flat_map(|r| r.iter()).collect();
             let r = if by_key {
-                let slots: Vec<u16> = t.ranges.iter().flat_map(|r| r.iter()).collect();
                 let opts = KeyMigrationOptions::default();
                 let tgt = t.target.to_string();
                 commands::migrate_slot_keys(pool, &src, &tgt, &slots, others, &opts)
                     .await
                     .map(|keys| (t.slot_count(), Some(keys)))
             } else {
+                // The slots move with their keys in one job: count them first (best effort).
+                let keys = commands::count_keys_in_slots(pool, &src, &slots).await.ok();
                 let mv = [commands::AtomicMove {
                     ranges: t.ranges.clone(),
                     target_id: t.target_id.clone(),
                 }];
                 commands::migrate_slots_atomic(pool, &src, &mv, MIGRATION_TIMEOUT)
                     .await
-                    .map(|n| (n, None))
+                    .map(|n| (n, keys.filter(|_| n > 0)))
             };
             (t, r)
         }

@@ -290,12 +290,18 @@ fn facts(
         }),
         topology: TopologyFacts {
             slots_to_move: match &plan.balance {
-                Balance::Moving { remaining, .. } => u32::try_from(*remaining).unwrap_or(u32::MAX),
+                Balance::Moving { remaining, .. } | Balance::NoRoom { remaining, .. } => {
+                    u32::try_from(*remaining).unwrap_or(u32::MAX)
+                }
                 _ => 0,
             },
             surplus_nodes: i32::try_from(plan.surplus_nodes).unwrap_or(i32::MAX),
             balance_blocked: match &plan.balance {
                 Balance::Blocked(why) => Some(why.clone()),
+                _ => None,
+            },
+            drain_no_room: match &plan.balance {
+                Balance::NoRoom { reason, .. } => Some(reason.clone()),
                 _ => None,
             },
             ..plan.facts.clone()

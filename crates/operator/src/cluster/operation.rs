@@ -42,6 +42,7 @@ pub fn operation(pass: Pass<'_>, previous: Option<&OperationStatus>) -> Option<O
             slots_total: None,
             slots_moved: None,
             keys_moved: None,
+            keys_per_second: None,
             eta_seconds: None,
         });
     }
@@ -98,6 +99,7 @@ pub fn operation(pass: Pass<'_>, previous: Option<&OperationStatus>) -> Option<O
         slots_total: Some(slots_moved + left),
         slots_moved: Some(slots_moved),
         keys_moved,
+        keys_per_second: keys_moved.filter(|_| elapsed > 0).map(|k| k / elapsed),
         eta_seconds,
     })
 }
@@ -149,7 +151,7 @@ mod tests {
         let b = moving(4096, vec![3]);
         let moved = Some(Moved {
             slots: 1024,
-            keys: None,
+            keys: Some(50_000),
         });
         let pass = |step, balance, moved, now| Pass {
             step,
@@ -187,6 +189,10 @@ mod tests {
             (Some(2048), Some(4096))
         );
         assert_eq!(next.eta_seconds, Some(20));
+        assert_eq!(
+            (next.keys_moved, next.keys_per_second),
+            (Some(100_000), Some(5_000))
+        );
         // Balanced: cleared.
         assert_eq!(
             operation(pass(None, &Balance::Balanced, None, &t40), Some(&next)),

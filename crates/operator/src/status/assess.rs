@@ -135,6 +135,10 @@ impl ChildFailure {
     }
 }
 
+/// How the message of a drain held back for lack of memory starts (Degraded, RebalanceFailed;
+/// the `DrainFailed` event is published when it first appears).
+pub const NOT_ENOUGH_MEMORY: &str = "not enough memory to drain";
+
 /// What the Valkey cluster looks like, summarised from the live views.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TopologyFacts {
@@ -161,6 +165,9 @@ pub struct TopologyFacts {
     pub surplus_nodes: i32,
     /// Why the slot balance cannot be planned yet, when it cannot.
     pub balance_blocked: Option<String>,
+    /// Why a drain does not start (the shards being removed do not fit in the memory of the
+    /// others): what is missing and what to do.
+    pub drain_no_room: Option<String>,
 }
 
 /// Everything a pass learned that decides the conditions.
@@ -238,6 +245,8 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
         Cond::no(condition::READY, reason::POD_UNSCHEDULABLE, msg.clone())
     } else if !formed.status {
         Cond::no(condition::READY, formed.reason, formed.message.clone())
+    } else if let Some(msg) = &t.drain_no_room {
+        Cond::no(condition::READY, reason::RECONCILING, msg.clone())
     } else if !slots.status {
         Cond::no(condition::READY, reason::RECONCILING, slots.message.clone())
     } else if t.surplus_nodes > 0 {
@@ -294,6 +303,8 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
         Cond::yes(condition::DEGRADED, reason::POD_UNSCHEDULABLE, msg.clone())
     } else if let Some(e) = &f.step_failure {
         Cond::yes(condition::DEGRADED, e.reason(), e.message.clone())
+    } else if let Some(msg) = &t.drain_no_room {
+        Cond::yes(condition::DEGRADED, reason::REBALANCE_FAILED, msg.clone())
     } else {
         Cond::no(
             condition::DEGRADED,
@@ -397,6 +408,22 @@ mod tests {
         assert!(!ready.status);
         assert!(ready.message.contains("2 ValkeyNodes outside the layout"));
         assert!(ready.message.contains("no reachable primary"));
+    }
+
+    #[test]
+    fn a_drain_without_room_is_degraded_and_says_what_is_missing() {
+        let mut f = healthy();
+        f.topology.slots_to_move = 4096;
+        f.topology.surplus_nodes = 1;
+        f.topology.drain_no_room = Some(format!("{NOT_ENOUGH_MEMORY} shard(s) 3: 15 MiB missing"));
+        let c = conditions(&f);
+        let degraded = get(&c, condition::DEGRADED);
+        assert!(degraded.status);
+        assert_eq!(degraded.reason, reason::REBALANCE_FAILED);
+        assert!(degraded.message.contains("15 MiB missing"));
+        let ready = get(&c, condition::READY);
+        assert!(!ready.status);
+        assert_eq!(ready.message, degraded.message);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use valkey_api::ValkeyClusterStatus;
 use valkey_api::status::{ShardStatus, condition, event};
 
-use super::assess::reason;
+use super::assess::{NOT_ENOUGH_MEMORY, reason};
 use super::conditions::{find, is_true};
 
 /// An event to publish on the ValkeyCluster.
@@ -49,7 +49,8 @@ fn entered(old: &[Condition], new: &[Condition], type_: &str) -> bool {
 
 /// Events for the transitions between the previous and the new status: `ClusterReady` when
 /// Ready turns True, `GracePeriodTooShort` when ConfigurationWarning turns True,
-/// `PodUnschedulable` when the cluster becomes Degraded for that reason, and
+/// `PodUnschedulable` when the cluster becomes Degraded for that reason, `DrainFailed` when a
+/// drain is held back for lack of memory, and
 /// `FailoverCompleted` for every shard whose primary pod changed.
 pub fn transition_events(
     old: Option<&ValkeyClusterStatus>,
@@ -75,6 +76,21 @@ pub fn transition_events(
             "Validate",
             c.message.clone(),
         ));
+    }
+    if let Some(c) = find(nc, condition::DEGRADED).filter(|c| c.status == "True")
+        && c.reason == reason::REBALANCE_FAILED
+        && c.message.starts_with(NOT_ENOUGH_MEMORY)
+    {
+        let was = find(oc, condition::DEGRADED).is_some_and(|o| {
+            o.status == "True" && o.reason == c.reason && o.message.starts_with(NOT_ENOUGH_MEMORY)
+        });
+        if !was {
+            out.push(EventSpec::warning(
+                event::DRAIN_FAILED,
+                "PreflightDrain",
+                c.message.clone(),
+            ));
+        }
     }
     if let Some(c) = find(nc, condition::DEGRADED).filter(|c| c.status == "True")
         && c.reason == reason::POD_UNSCHEDULABLE
@@ -168,6 +184,30 @@ mod tests {
         assert_eq!(reasons(&e), ["GracePeriodTooShort"]);
         assert!(e[0].warning);
         assert!(transition_events(Some(&after), &after).is_empty());
+    }
+
+    #[test]
+    fn drain_failed_once_when_a_drain_is_held_back() {
+        let ok = status(&[Cond::no("Degraded", "Reconciling", "")], &[]);
+        let msg = |m: &str| format!("{NOT_ENOUGH_MEMORY} shard(s) 3: {m} missing");
+        let no_room = status(
+            &[Cond::yes("Degraded", "RebalanceFailed", msg("15 MiB"))],
+            &[],
+        );
+        let still = status(
+            &[Cond::yes("Degraded", "RebalanceFailed", msg("14 MiB"))],
+            &[],
+        );
+        let e = transition_events(Some(&ok), &no_room);
+        assert_eq!(reasons(&e), ["DrainFailed"]);
+        assert!(e[0].warning && e[0].note.contains("15 MiB"));
+        assert!(transition_events(Some(&no_room), &still).is_empty());
+        // A failed migration step is Degraded too, but its event comes from the step.
+        let step = status(
+            &[Cond::yes("Degraded", "RebalanceFailed", "MIGRATE: timeout")],
+            &[],
+        );
+        assert!(transition_events(Some(&ok), &step).is_empty());
     }
 
     #[test]

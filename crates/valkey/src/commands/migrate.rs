@@ -72,6 +72,19 @@ fn remaining_moves(view: &ClusterNodes, moves: &[AtomicMove]) -> Result<Vec<(Str
     Ok(out)
 }
 
+/// Keys `addr` holds in `slots` (one pipelined `CLUSTER COUNTKEYSINSLOT` per slot).
+pub async fn count_keys_in_slots(pool: &NodePool, addr: &str, slots: &[u16]) -> Result<u64> {
+    if slots.is_empty() {
+        return Ok(0);
+    }
+    let mut pipe = redis::pipe();
+    for s in slots {
+        pipe.cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(*s);
+    }
+    let counts: Vec<u64> = pool.pipeline(addr, &pipe).await?;
+    Ok(counts.iter().sum())
+}
+
 /// Moves slot ranges from the primary at `source_addr` to target primaries with atomic slot
 /// migration (`CLUSTER MIGRATESLOTS SLOTSRANGE s e ... NODE id ...`) and waits until the
 /// source no longer owns them. Resumable: slots already moved are skipped, and running export

@@ -22,8 +22,8 @@ use crate::model::{ClusterNode, ClusterNodes};
 pub use acl::{AclLoadOutcome, SystemUsers, acl_load, acl_revision, system_acl_rules};
 pub use config::{config_set, wait_replicas};
 pub use migrate::{
-    AtomicMove, KeyMigrationOptions, OpenSlot, finish_open_slots, get_slot_migrations,
-    migrate_slot_keys, migrate_slots_atomic, open_slots,
+    AtomicMove, KeyMigrationOptions, OpenSlot, count_keys_in_slots, finish_open_slots,
+    get_slot_migrations, migrate_slot_keys, migrate_slots_atomic, open_slots,
 };
 pub use observe::{Position, observe_node, observe_topology};
 pub use topology::{

@@ -1,4 +1,4 @@
-//! Observation: one node's `CLUSTER NODES`, `CLUSTER INFO`, `INFO replication server` (one
+//! Observation: one node's `CLUSTER NODES`, `CLUSTER INFO`, `INFO replication server memory` (one
 //! pipelined round trip) and, on Valkey >= 9, `CLUSTER GETSLOTMIGRATIONS`, parsed into the
 //! model's [`NodeObservation`]; and the [`Topology`] of many positions observed concurrently.
 
@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 use super::{CommandError, Result};
 use crate::client::NodePool;
 use crate::model::{
-    ClusterInfo, ClusterNodes, NodeObservation, ReplicationInfo, ReplicationRole, ServerInfo,
+    ClusterInfo, ClusterNodes, MemoryInfo, NodeObservation, ReplicationInfo, ReplicationRole,
+    ServerInfo,
 };
 use crate::topology::{Member, Topology};
 
@@ -27,10 +28,12 @@ pub async fn observe_node(pool: &NodePool, addr: &str) -> Result<NodeObservation
         .arg("INFO")
         .cmd("INFO")
         .arg("replication")
-        .arg("server");
+        .arg("server")
+        .arg("memory");
     let (nodes, cluster_info, info): (String, String, String) = pool.pipeline(addr, &pipe).await?;
     let server = ServerInfo::parse(&info).map_err(parse_err(addr))?;
     let replication = ReplicationInfo::parse(&info).map_err(parse_err(addr))?;
+    let memory = MemoryInfo::parse(&info).map_err(parse_err(addr))?;
     // Migration jobs are read from primaries only: a replica lists mirrored IMPORT entries
     // without `source_node`/`target_node` (seen on 9.1.2). A reply that does not parse is
     // logged and left out rather than failing the whole observation.
@@ -53,6 +56,7 @@ pub async fn observe_node(pool: &NodePool, addr: &str) -> Result<NodeObservation
         cluster_info: Some(ClusterInfo::parse(&cluster_info).map_err(parse_err(addr))?),
         replication: Some(replication),
         server: Some(server),
+        memory: Some(memory),
         migrations,
     })
 }

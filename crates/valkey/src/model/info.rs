@@ -1,4 +1,4 @@
-//! Typed `CLUSTER INFO` and `INFO` (`replication`, `server`, `persistence`) replies.
+//! Typed `CLUSTER INFO` and `INFO` (`replication`, `server`, `memory`, `persistence`) replies.
 //!
 //! Both replies are `key:value` lines with `# Section` headers; one `INFO server replication persistence`
 //! reply can feed all three `INFO` structs since each reads only its own keys.
@@ -379,6 +379,51 @@ impl ServerInfo {
     }
 }
 
+/// Typed `INFO memory` (the parts capacity decisions use), in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryInfo {
+    /// `used_memory`.
+    pub used_memory: u64,
+    /// `used_memory_startup`: what the server uses with an empty dataset.
+    pub used_memory_startup: u64,
+    /// `maxmemory` (0: no limit).
+    pub maxmemory: u64,
+    /// `mem_not_counted_for_evict` (replication backlog and buffers).
+    pub not_counted_for_evict: u64,
+}
+
+impl MemoryInfo {
+    /// Parses `INFO memory` (or a larger `INFO` reply containing it).
+    pub fn parse(text: &str) -> Result<Self, ParseError> {
+        Self::from_fields(&InfoFields::parse(text))
+    }
+
+    /// Builds from already split fields.
+    pub fn from_fields(f: &InfoFields) -> Result<Self, ParseError> {
+        Ok(Self {
+            used_memory: f.num("used_memory")?,
+            used_memory_startup: f.opt_num("used_memory_startup")?.unwrap_or(0),
+            maxmemory: f.opt_num("maxmemory")?.unwrap_or(0),
+            not_counted_for_evict: f.opt_num("mem_not_counted_for_evict")?.unwrap_or(0),
+        })
+    }
+
+    /// Memory counted against `maxmemory` (as the server counts it before evicting).
+    pub fn counted(&self) -> u64 {
+        self.used_memory.saturating_sub(self.not_counted_for_evict)
+    }
+
+    /// What the dataset takes beyond an empty server: roughly what moves with its slots.
+    pub fn dataset(&self) -> u64 {
+        self.counted().saturating_sub(self.used_memory_startup)
+    }
+
+    /// Room left under `maxmemory`; `None` without a limit.
+    pub fn headroom(&self) -> Option<u64> {
+        (self.maxmemory > 0).then(|| self.maxmemory.saturating_sub(self.counted()))
+    }
+}
+
 /// Typed `INFO persistence` (the parts the operator uses).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PersistenceInfo {
@@ -455,6 +500,20 @@ mod tests {
 
     /// Real `INFO persistence` of Valkey 9.1.2 (no AOF).
     const PERSISTENCE: &str = "# Persistence\nloading:0\nasync_loading:0\ncurrent_cow_peak:0\ncurrent_cow_size:0\ncurrent_cow_size_age:0\ncurrent_fork_perc:0.00\ncurrent_save_keys_processed:0\ncurrent_save_keys_total:0\nrdb_changes_since_last_save:0\nrdb_bgsave_in_progress:0\nrdb_last_save_time:1796206461\nrdb_last_bgsave_status:ok\nrdb_last_bgsave_time_sec:0\nrdb_current_bgsave_time_sec:-1\nrdb_saves:0\nrdb_last_cow_size:303104\nrdb_last_load_keys_expired:0\nrdb_last_load_keys_loaded:0\naof_enabled:0\naof_rewrite_in_progress:0\naof_rewrite_scheduled:0\naof_last_rewrite_time_sec:-1\naof_current_rewrite_time_sec:-1\naof_last_bgrewrite_status:ok\naof_rewrites:0\naof_rewrites_consecutive_failures:0\naof_last_write_status:ok\naof_last_cow_size:0\nmodule_fork_in_progress:0\nmodule_fork_last_cow_size:0\nslot_migration_fork_in_progress:0\n";
+
+    /// Real `INFO memory` (some lines) of Valkey 9.1.2 with `maxmemory 64mb`.
+    const MEMORY: &str = "# Memory\r\nused_memory:1016024\r\nused_memory_human:992.21K\r\nused_memory_overhead:998688\r\nused_memory_startup:998144\r\nused_memory_dataset:17336\r\nmaxmemory:67108864\r\nmaxmemory_human:64.00M\r\nmaxmemory_policy:noeviction\r\nmem_not_counted_for_evict:0\r\nmem_replication_backlog:0\r\n";
+
+    #[test]
+    fn memory_info() {
+        let m = MemoryInfo::parse(MEMORY).unwrap();
+        assert_eq!((m.used_memory, m.maxmemory), (1_016_024, 64 << 20));
+        assert_eq!(m.dataset(), 1_016_024 - 998_144);
+        assert_eq!(m.headroom(), Some((64 << 20) - 1_016_024));
+        let unlimited = MemoryInfo { maxmemory: 0, ..m };
+        assert_eq!(unlimited.headroom(), None);
+        assert!(MemoryInfo::parse("# Memory\r\nmaxmemory:1\r\n").is_err());
+    }
 
     #[test]
     fn cluster_info() {

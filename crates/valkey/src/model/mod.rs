@@ -8,8 +8,8 @@ pub mod resp;
 pub mod shards;
 
 pub use info::{
-    ClusterInfo, ClusterState, ConnectedReplica, InfoFields, PersistenceInfo, PrimaryLinkStatus,
-    ReplicationInfo, ReplicationRole, ServerInfo, Version,
+    ClusterInfo, ClusterState, ConnectedReplica, InfoFields, MemoryInfo, PersistenceInfo,
+    PrimaryLinkStatus, ReplicationInfo, ReplicationRole, ServerInfo, Version,
 };
 pub use migrations::{MigrationOperation, MigrationState, SlotMigration, parse_slot_migrations};
 pub use nodes::{ClusterNode, ClusterNodes, LinkState, NodeAddr, NodeFlags, NodeRole};

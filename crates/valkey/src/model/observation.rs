@@ -1,6 +1,6 @@
 //! What one node reports in one round trip (see [`crate::commands::observe_node`]).
 
-use crate::model::info::{ClusterInfo, ReplicationInfo, ServerInfo};
+use crate::model::info::{ClusterInfo, MemoryInfo, ReplicationInfo, ServerInfo};
 use crate::model::migrations::SlotMigration;
 use crate::model::nodes::{ClusterNode, ClusterNodes};
 
@@ -15,6 +15,8 @@ pub struct NodeObservation {
     pub replication: Option<ReplicationInfo>,
     /// Its `INFO server`, if fetched.
     pub server: Option<ServerInfo>,
+    /// Its `INFO memory`, if fetched.
+    pub memory: Option<MemoryInfo>,
     /// Its `CLUSTER GETSLOTMIGRATIONS` (empty before Valkey 9 or when not fetched).
     pub migrations: Vec<SlotMigration>,
 }

@@ -3,7 +3,8 @@
 use std::net::{IpAddr, SocketAddr};
 
 use crate::model::{
-    ClusterNode, ClusterNodes, ClusterState, NodeObservation, PrimaryLinkStatus, Version,
+    ClusterNode, ClusterNodes, ClusterState, MemoryInfo, NodeObservation, PrimaryLinkStatus,
+    Version,
 };
 
 /// The desired layout of a cluster.
@@ -41,6 +42,8 @@ pub struct NodeView {
     pub link_down_since: Option<i64>,
     /// Server version, when reported.
     pub version: Option<Version>,
+    /// `INFO memory`, when reported.
+    pub memory: Option<MemoryInfo>,
 }
 
 impl NodeView {
@@ -59,6 +62,7 @@ impl NodeView {
             repl_offset: 0,
             link_down_since: None,
             version: None,
+            memory: None,
         }
     }
 }
@@ -77,6 +81,7 @@ impl From<NodeObservation> for NodeView {
             link_down_since: repl.and_then(|r| r.primary_link_down_since),
             repl_offset: repl.map_or(0, |r| r.replica_repl_offset.unwrap_or(r.master_repl_offset)),
             version: o.server.as_ref().map(|s| s.version),
+            memory: o.memory,
             nodes: o.nodes,
         }
     }

@@ -9,6 +9,7 @@ use valkey_ops::topology::{known_by, owned_slots};
 use valkey_ops::{Layout, Member, SLOT_COUNT, SlotSet, Topology};
 
 use super::{Step, Transfer};
+use crate::status::NOT_ENOUGH_MEMORY;
 
 /// Slots moved per batch with atomic slot migration (Valkey 9).
 pub const REBALANCE_BATCH_SLOTS: usize = 4096;
@@ -31,6 +32,14 @@ pub enum Balance {
     /// No plan can be made yet (a shard without a reachable primary, slots not all owned, a
     /// primary at a node-index being removed): the reason.
     Blocked(String),
+    /// The shards being drained do not fit under the `maxmemory` of the primaries that stay:
+    /// nothing moves, the cluster keeps serving as it is.
+    NoRoom {
+        /// Slots that would change owner.
+        remaining: usize,
+        /// What is missing and what to do (starts with [`NOT_ENOUGH_MEMORY`]).
+        reason: String,
+    },
 }
 
 impl Balance {
@@ -96,17 +105,68 @@ pub fn balance(layout: Layout, topology: &Topology) -> Balance {
     };
     match plan_rebalance(&o.current, &o.targets, REBALANCE_BATCH_SLOTS) {
         Ok(plan) if plan.is_empty() => Balance::Balanced,
-        Ok(plan) => Balance::Moving {
-            remaining: plan.moved_slots(),
-            draining: o
-                .current
-                .iter()
-                .filter(|(s, set)| !o.targets.contains(s) && !set.is_empty())
-                .map(|(s, _)| *s)
-                .collect(),
+        Ok(plan) => match drain_room(&o) {
+            Ok(()) => Balance::Moving {
+                remaining: plan.moved_slots(),
+                draining: o.draining().collect(),
+            },
+            Err(reason) => Balance::NoRoom {
+                remaining: plan.moved_slots(),
+                reason,
+            },
         },
         Err(e) => Balance::Blocked(format!("cannot plan the slot balance: {e}")),
     }
+}
+
+impl Owners<'_> {
+    /// Shards outside the layout that still own slots.
+    fn draining(&self) -> impl Iterator<Item = i32> + '_ {
+        self.current
+            .iter()
+            .filter(|(s, set)| !self.targets.contains(s) && !set.is_empty())
+            .map(|(s, _)| *s)
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
+}
+
+/// Capacity preflight of a drain: the dataset of the shards being drained must fit in the
+/// room the primaries that stay have under `maxmemory`. Not checked when a receiving primary
+/// has no limit (or does not report one): its room is unknown.
+fn drain_room(o: &Owners<'_>) -> Result<(), String> {
+    let draining: Vec<i32> = o.draining().collect();
+    if draining.is_empty() {
+        return Ok(());
+    }
+    let memory = |shard: &i32| o.primary.get(shard).and_then(|m| m.view.as_ref()?.memory);
+    let need: u64 = draining
+        .iter()
+        .filter_map(memory)
+        .map(|m| m.dataset())
+        .sum();
+    let mut free = 0u64;
+    for shard in &o.targets {
+        let Some(room) = memory(shard).and_then(|m| m.headroom()) else {
+            return Ok(());
+        };
+        free += room;
+    }
+    if need <= free {
+        return Ok(());
+    }
+    let names: Vec<String> = draining.iter().map(ToString::to_string).collect();
+    Err(format!(
+        "{NOT_ENOUGH_MEMORY} shard(s) {}: they hold {}, the {} primaries that stay have {} free under maxmemory ({} missing); raise maxmemory in spec.config or keep {} shards",
+        names.join(", "),
+        mib(need),
+        o.targets.len(),
+        mib(free),
+        mib(need - free),
+        o.targets.len() + draining.len()
+    ))
 }
 
 /// Whether every primary involved speaks atomic slot migration.
@@ -132,13 +192,26 @@ pub fn open_slots_step(layout: Layout, topology: &Topology) -> Option<Step> {
     })
 }
 
-/// The next batch of the minimal-move plan, when slots are not balanced and gossip has
-/// converged between each source and its target (else the migration handshake is refused).
+/// Whether `primary`'s shard has all the replicas of the layout synced: only then does it
+/// receive slots, so a write to a moved slot is as safe as before the move (a new shard's
+/// replica attaches and syncs first).
+fn complete(layout: Layout, topology: &Topology, primary: &Member) -> bool {
+    let synced = topology
+        .synced_replicas(primary)
+        .filter(|r| layout.contains(r.shard, r.index))
+        .count();
+    synced >= usize::try_from(layout.replicas).unwrap_or(0)
+}
+
+/// The next batch of the minimal-move plan, when slots are not balanced, gossip has
+/// converged between each source and its target (else the migration handshake is refused)
+/// and the target's replicas are synced.
 pub fn rebalance_step(layout: Layout, topology: &Topology) -> Option<Step> {
     if topology.owned_slots().len() < usize::from(SLOT_COUNT) {
         return None;
     }
     let o = owners(layout, topology).ok()?;
+    drain_room(&o).ok()?;
     let by_key = !atomic(&o.primary);
     let batch_slots = if by_key {
         KEY_MIGRATION_BATCH_SLOTS
@@ -153,10 +226,14 @@ pub fn rebalance_step(layout: Layout, topology: &Topology) -> Option<Step> {
             let (src, tgt) = (o.primary.get(&m.source)?, o.primary.get(&m.target)?);
             let (sv, tv) = (src.view.as_ref()?, tgt.view.as_ref()?);
             let (sid, tid) = (src.id()?, tgt.id()?);
+            // Both ends serve (`cluster_state:ok`: a node just joined reports `fail` for a
+            // while and would answer CLUSTERDOWN for the slots it receives).
             let converged = known_by(&tv.nodes, sid).is_some()
                 && known_by(&sv.nodes, tid).is_some()
-                && owned_slots(&tv.nodes).len() == usize::from(SLOT_COUNT);
-            converged.then(|| Transfer {
+                && owned_slots(&tv.nodes).len() == usize::from(SLOT_COUNT)
+                && tv.cluster_ok
+                && sv.cluster_ok;
+            (converged && complete(layout, topology, tgt)).then(|| Transfer {
                 source: src.addr,
                 source_shard: m.source,
                 target: tgt.addr,
@@ -276,6 +353,82 @@ mod tests {
         // Drained: balanced even though the shard's node is still a member.
         let m = four_shards(["0-5461", "5462-10922", "10923-16383", ""]);
         assert_eq!(balance(d(3, 0), &m), Balance::Balanced);
+    }
+
+    #[test]
+    fn a_new_shard_receives_slots_only_once_its_replicas_are_synced() {
+        // 3 x 1 -> 4 x 1: shard 3 is node 7 (index 0) and node 8 (index 1).
+        let mut n = formed31();
+        n.push(node(7, 3, 0));
+        n.push(node(8, 3, 1));
+        let all = [1, 2, 3, 4, 5, 6, 7, 8];
+        // Node 8 is not attached yet: nothing moves.
+        assert_eq!(rebalance_step(d(4, 1), &world(&n, &all)), None);
+        // Attached but still in its first sync: nothing moves.
+        n[7].primary_of = Some(7);
+        let mut mm = members(&world(&n, &all));
+        mm[7].view.as_mut().expect("view").sync_in_progress = true;
+        assert_eq!(rebalance_step(d(4, 1), &Topology::new(mm)), None);
+        // Synced, but node 7 still reports cluster_state:fail: nothing moves.
+        let mut mm = members(&world(&n, &all));
+        mm[6].view.as_mut().expect("view").cluster_ok = false;
+        assert_eq!(rebalance_step(d(4, 1), &Topology::new(mm)), None);
+        // Synced and serving: shard 3 receives slots.
+        let Some(Step::MigrateSlots { transfers, .. }) = rebalance_step(d(4, 1), &world(&n, &all))
+        else {
+            panic!("expected migration")
+        };
+        assert!(
+            transfers
+                .iter()
+                .all(|t| t.target_shard == 3 && t.slot_count() > 0)
+        );
+    }
+
+    #[test]
+    fn a_drain_that_does_not_fit_under_maxmemory_does_not_start() {
+        let t = four_shards(["0-4095", "4096-8191", "8192-12287", "12288-16383"]);
+        let mb = |n: u64| n << 20;
+        // Each node: 1 MiB empty, `data` MiB of dataset, `max` MiB maxmemory.
+        let with_memory = |data: [u64; 4], max: u64| {
+            let mut mm = members(&t);
+            for (m, d) in mm.iter_mut().zip(data) {
+                m.view.as_mut().expect("view").memory = Some(valkey_ops::model::MemoryInfo {
+                    used_memory: mb(1 + d),
+                    used_memory_startup: mb(1),
+                    maxmemory: mb(max),
+                    not_counted_for_evict: 0,
+                });
+            }
+            Topology::new(mm)
+        };
+        // Shard 3 holds 30 MiB; the three others have 3 x (40 - 21) = 57 MiB free: it fits.
+        let fits = with_memory([20, 20, 20, 30], 40);
+        assert!(matches!(balance(d(3, 0), &fits), Balance::Moving { .. }));
+        assert!(rebalance_step(d(3, 0), &fits).is_some());
+        // With 34 MiB each, only 3 x 5 = 15 MiB is free: 15 MiB missing, nothing moves.
+        let full = with_memory([34, 34, 34, 30], 40);
+        let Balance::NoRoom { remaining, reason } = balance(d(3, 0), &full) else {
+            panic!("expected no room")
+        };
+        assert_eq!(remaining, 4096);
+        assert!(reason.starts_with(NOT_ENOUGH_MEMORY), "{reason}");
+        assert!(
+            reason.contains("shard(s) 3") && reason.contains("15.0 MiB missing"),
+            "{reason}"
+        );
+        assert_eq!(rebalance_step(d(3, 0), &full), None);
+        // Without a limit the room is unknown: the drain goes ahead.
+        let unlimited = with_memory([34, 34, 34, 30], 0);
+        assert!(rebalance_step(d(3, 0), &unlimited).is_some());
+        // A scale-out is never held back (only drains are checked).
+        let t = four_shards(["0-5461", "5462-10922", "10923-16383", ""]);
+        let mut mm = members(&t);
+        for m in &mut mm {
+            m.view.as_mut().expect("view").memory =
+                full.members()[0].view.as_ref().expect("view").memory;
+        }
+        assert!(rebalance_step(d(4, 0), &Topology::new(mm)).is_some());
     }
 
     #[test]

@@ -62,7 +62,7 @@ fn retire(layout: Layout, topology: &Topology, surplus: &[&ValkeyNode]) -> Optio
         .collect();
     let inside_ids: BTreeSet<&str> = inside.iter().filter_map(|m| m.id()).collect();
     if inside_ids.is_empty() || topology.owned_slots().len() < usize::from(valkey_ops::SLOT_COUNT) {
-        return None;
+        return never_joined(topology, surplus);
     }
     // Every slot owner, in every reachable view, is a member of the layout.
     let outsider_owns = topology.reachable().any(|m| {
@@ -74,7 +74,7 @@ fn retire(layout: Layout, topology: &Topology, surplus: &[&ValkeyNode]) -> Optio
         })
     });
     if outsider_owns {
-        return None;
+        return never_joined(topology, surplus);
     }
     let mut forget: Vec<(bool, String)> = Vec::new();
     let mut reset = Vec::new();
@@ -107,6 +107,23 @@ fn retire(layout: Layout, topology: &Topology, surplus: &[&ValkeyNode]) -> Optio
             .map(|m| m.addr)
             .collect(),
         reset,
+        names,
+    })
+}
+
+/// Surplus nodes that have no pod and were never seen as a cluster member (no live role was
+/// ever recorded): they hold no data, so they go whatever state the cluster is in.
+fn never_joined(topology: &Topology, surplus: &[&ValkeyNode]) -> Option<Step> {
+    let names: Vec<String> = surplus
+        .iter()
+        .filter(|n| n.status.as_ref().is_none_or(|s| s.role.is_none()))
+        .filter(|n| topology.at(n.spec.shard_index, n.spec.node_index).is_none())
+        .map(|n| n.name_any())
+        .collect();
+    (!names.is_empty()).then(|| Step::Retire {
+        forget: Vec::new(),
+        at: Vec::new(),
+        reset: Vec::new(),
         names,
     })
 }
@@ -200,6 +217,25 @@ mod tests {
         };
         assert!(forget.is_empty());
         assert_eq!(names, ["c-4-0"]);
+    }
+
+    #[test]
+    fn a_node_that_never_joined_goes_whatever_the_cluster_state_one_that_did_stays() {
+        // No pod runs at all (nothing observed, no slot owned anywhere).
+        let empty = Topology::new(Vec::new());
+        let never = vnode(0, 1);
+        let mut joined = vnode(1, 1);
+        joined.status = Some(valkey_api::ValkeyNodeStatus {
+            role: Some("primary".into()),
+            ..Default::default()
+        });
+        let Some(Step::Retire { names, forget, .. }) =
+            surplus(d(2, 0), &empty, &[never.clone(), joined.clone()])
+        else {
+            panic!("expected the never-joined node to go")
+        };
+        assert_eq!((names, forget.len()), (vec!["c-0-1".to_owned()], 0));
+        assert_eq!(surplus(d(2, 0), &empty, &[joined]), None);
     }
 
     #[test]
