@@ -2,9 +2,12 @@
 //! localkube (needs root), with `--keys` keys loaded (default 1 000 000), on each `--images`
 //! image in turn (default a Valkey 9.1 image, atomic slot migration, then a Valkey 8.0 image,
 //! key-by-key `MIGRATE`), under a continuous cluster-aware writer (`SET`, plus `WAIT 1` when
-//! `--replicas` > 0). Prints, per change: time from the patch to Ready with the even layout,
-//! keys moved and keys/s; per image: the writer's acknowledged writes and longest gap, and
-//! checks that every loaded key and every acknowledged write reads back.
+//! `--replicas` > 0). Prints, per change: time from the patch to Ready with the even layout
+//! (new pods, joins, every batch, forgetting and deleting the drained nodes), keys moved and
+//! keys/s over that, and the time and keys/s of the migration steps alone (the operator's
+//! `slot_migration_seconds` and `keys_migrated` metrics); per image: the writer's
+//! acknowledged writes and longest gap. Every loaded key and acknowledged write must read
+//! back.
 //!
 //! ```sh
 //! cargo run --release -p e2e --example bench_elastic -- \
@@ -62,6 +65,22 @@ async fn shard_keys(client: &Client, name: &str, shard: i32, pw: &str) -> anyhow
         return Ok(redis::cmd("DBSIZE").query_async(&mut c).await?);
     }
     bail!("shard {shard} of {name} has no primary pod")
+}
+
+/// A metric's value in the in-process operator's `/metrics` text (0 when absent).
+fn metric(fx: &Fixture, name: &str) -> f64 {
+    fx.metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Keys moved and seconds spent in migration steps since `before`.
+fn migration_since(fx: &Fixture, before: (f64, f64)) -> (f64, f64) {
+    (
+        metric(fx, "valkey_operator_keys_migrated_total") - before.0,
+        metric(fx, "valkey_operator_slot_migration_seconds_total") - before.1,
+    )
 }
 
 /// `ip:6379` of one of the cluster's pods.
@@ -123,19 +142,25 @@ async fn bench(fx: &Fixture, name: &str, image: &str, a: &Args) -> anyhow::Resul
     );
 
     let writer = Writer::start(client, name, &pw, i64::from(a.replicas.min(1)));
+    let before = migration_since(fx, (0.0, 0.0));
     let out = scale(client, name, 4, &op_pw).await?;
+    let (keys, secs) = migration_since(fx, before);
     let moved = shard_keys(client, name, 3, &op_pw).await?;
     println!(
-        "MEASURE {image}: 3→4 {:.1}s, {moved} keys moved, {:.0} keys/s",
+        "MEASURE {image}: 3→4 patch→Ready {:.1}s, {moved} keys moved ({:.0} keys/s end to end); migration steps {secs:.2}s for {keys:.0} keys ({:.0} keys/s)",
         out.as_secs_f64(),
-        moved as f64 / out.as_secs_f64()
+        moved as f64 / out.as_secs_f64(),
+        keys / secs.max(1e-9)
     );
     let drained = shard_keys(client, name, 3, &op_pw).await?;
+    let before = migration_since(fx, (0.0, 0.0));
     let back = scale(client, name, 3, &op_pw).await?;
+    let (keys, secs) = migration_since(fx, before);
     println!(
-        "MEASURE {image}: 4→3 {:.1}s, {drained} keys drained, {:.0} keys/s",
+        "MEASURE {image}: 4→3 patch→Ready {:.1}s, {drained} keys drained ({:.0} keys/s end to end); migration steps {secs:.2}s for {keys:.0} keys ({:.0} keys/s)",
         back.as_secs_f64(),
-        drained as f64 / back.as_secs_f64()
+        drained as f64 / back.as_secs_f64(),
+        keys / secs.max(1e-9)
     );
     let (n, gap) = writer.stop_and_check(client, name, &pw, "3→4→3").await?;
     println!(

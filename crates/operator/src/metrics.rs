@@ -54,6 +54,9 @@ pub struct Metrics {
     durations: Family<ControllerLabels, Histogram>,
     cluster_state: Family<ClusterLabels, Gauge>,
     steps: Family<StepLabels, Counter>,
+    slots_migrated: Counter,
+    keys_migrated: Counter,
+    migration_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -85,6 +88,9 @@ impl Metrics {
         });
         let cluster_state = Family::<ClusterLabels, Gauge>::default();
         let steps = Family::<StepLabels, Counter>::default();
+        let slots_migrated = Counter::default();
+        let keys_migrated = Counter::default();
+        let migration_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
         registry.register("reconciles", "Reconcile passes", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -106,6 +112,21 @@ impl Metrics {
             "Topology steps executed by the ValkeyCluster controller",
             steps.clone(),
         );
+        registry.register(
+            "slots_migrated",
+            "Slots moved to another shard (rebalance and drain)",
+            slots_migrated.clone(),
+        );
+        registry.register(
+            "keys_migrated",
+            "Keys moved with their slots",
+            keys_migrated.clone(),
+        );
+        registry.register(
+            "slot_migration_seconds",
+            "Time spent moving slots (the migration steps themselves, excluding the passes between them)",
+            migration_seconds.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             reconciles,
@@ -113,6 +134,9 @@ impl Metrics {
             durations,
             cluster_state,
             steps,
+            slots_migrated,
+            keys_migrated,
+            migration_seconds,
         }
     }
 
@@ -145,6 +169,14 @@ impl Metrics {
                 kind: kind.to_owned(),
             })
             .inc();
+    }
+
+    /// Records one slot migration step: slots and keys moved, and how long it took.
+    pub fn migrated(&self, slots: usize, keys: Option<u64>, took: Duration) {
+        self.slots_migrated
+            .inc_by(u64::try_from(slots).unwrap_or(u64::MAX));
+        self.keys_migrated.inc_by(keys.unwrap_or(0));
+        self.migration_seconds.inc_by(took.as_secs_f64());
     }
 
     /// Sets the state gauges of one cluster.

@@ -44,7 +44,8 @@ pub struct Outcome {
 pub struct Moved {
     /// Slots that changed owner.
     pub slots: usize,
-    /// Keys moved (key-by-key migration only; atomic migration does not count them).
+    /// Keys moved (counted by key-by-key migration; for atomic migration, the keys its slots
+    /// held when the batch started).
     pub keys: Option<u64>,
 }
 

@@ -136,10 +136,16 @@ async fn pass(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
     let outcome = match &plan.step {
         Some(step) => {
             debug!(step = ?step, "executing");
+            let started = std::time::Instant::now();
             let out = act::execute(&actor, step).await;
             if out.acted {
                 ctx.shared.metrics.step(step.kind());
                 info!(kind = step.kind(), "step executed");
+            }
+            if let Some(m) = out.moved.filter(|m| m.slots > 0) {
+                let took = started.elapsed();
+                ctx.shared.metrics.migrated(m.slots, m.keys, took);
+                info!(slots = m.slots, keys = ?m.keys, seconds = took.as_secs_f64(), "slots moved");
             }
             out
         }
