@@ -241,6 +241,37 @@ async fn live_changes_applied_without_restart(client: &Client, name: &str) -> an
         "MEASURE user added → usable on every pod, ACLApplied=True: {:.1}s",
         took.as_secs_f64()
     );
+
+    // Password rotation: the reader's Secret changes; every pod takes the new password and
+    // refuses the old one. From an idle Ready cluster (the controller's next requeue is 30 s
+    // away), so the time shows how fast the change itself is noticed.
+    wait_ready(client, name, 2, Duration::from_secs(60)).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .patch(
+            &format!("{name}-reader"),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"stringData": {"password": "reader-password-2"}})),
+        )
+        .await?;
+    let took = wait_settled("password rotation", Duration::from_secs(120), || async {
+        let mut pending = Vec::new();
+        for p in pods_of(client, name).await? {
+            let ip = pod_ip(&p).context("pod ip")?;
+            if let Err(e) = node_conn(&ip, "reader", "reader-password-2").await {
+                pending.push(format!("{ip} new password: {e}"));
+            }
+            if node_conn(&ip, "reader", "reader-password-1").await.is_ok() {
+                pending.push(format!("{ip} still accepts the old password"));
+            }
+        }
+        Ok(pending)
+    })
+    .await?;
+    eprintln!(
+        "MEASURE password Secret changed → new password on every pod, old refused: {:.1}s",
+        took.as_secs_f64()
+    );
     // Neither change restarted or replaced a pod.
     let after = pod_identities(client, name).await?;
     ensure!(

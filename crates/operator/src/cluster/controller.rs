@@ -331,7 +331,9 @@ pub async fn run(
     let ctx = Arc::new(Context::new(client.clone(), metrics));
     let managed = watcher::Config::default().labels(labels::CLUSTER);
     let clusters: Api<ValkeyCluster> = Api::all(client.clone());
-    Controller::new(clusters, watcher::Config::default())
+    let controller = Controller::new(clusters, watcher::Config::default());
+    let store = controller.store();
+    controller
         .owns(Api::<ValkeyNode>::all(client.clone()), managed.clone())
         .owns(Api::<Service>::all(client.clone()), managed.clone())
         .owns(Api::<ConfigMap>::all(client.clone()), managed.clone())
@@ -339,6 +341,21 @@ pub async fn run(
         .owns(
             Api::<PodDisruptionBudget>::all(client.clone()),
             managed.clone(),
+        )
+        // A user's password Secret or the TLS Secret changed: reconcile the clusters that
+        // read it now, not at the next requeue.
+        .watches(
+            Api::<Secret>::all(client.clone()),
+            watcher::Config::default(),
+            move |secret: Secret| {
+                let (ns, name) = (secret.namespace(), secret.name_any());
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|vc| vc.namespace() == ns && observe::reads_secret(&vc.spec, &name))
+                    .map(|vc| ObjectRef::from_obj(vc.as_ref()))
+                    .collect::<Vec<_>>()
+            },
         )
         .watches(Api::<Pod>::all(client), managed, |pod: Pod| {
             let cluster = pod.labels().get(labels::CLUSTER)?.clone();

@@ -35,6 +35,12 @@ fn read(what: &'static str) -> impl FnOnce(kube::Error) -> ObserveError {
     move |source| ObserveError::Kube { what, source }
 }
 
+/// Whether a cluster with `spec` reads the user-owned Secret `name` (a user's password Secret
+/// or the TLS Secret): a change to it must be acted on at once.
+pub fn reads_secret(spec: &valkey_api::ValkeyClusterSpec, name: &str) -> bool {
+    spec.tls_secret_name() == Some(name) || render::acl::referenced_secrets(spec).contains(name)
+}
+
 /// Everything a pass knows about a ValkeyCluster's world.
 #[derive(Clone, Debug)]
 pub struct Observed {
@@ -210,4 +216,23 @@ pub fn unschedulable_message(pod: &Pod) -> Option<String> {
             c.message.as_deref().unwrap_or("cannot be scheduled")
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_reads_its_password_and_tls_secrets_only() {
+        let spec: valkey_api::ValkeyClusterSpec = serde_json::from_value(serde_json::json!({
+            "shards": 1,
+            "users": [{"name": "app", "passwordSecret": {"name": "app-pw", "keys": ["password"]},
+                       "permissions": "+@all ~*"}],
+            "networking": {"tls": {"certificate": {"secretName": "certs"}}},
+        }))
+        .expect("spec");
+        assert!(reads_secret(&spec, "app-pw"));
+        assert!(reads_secret(&spec, "certs"));
+        assert!(!reads_secret(&spec, "someone-else"));
+    }
 }
