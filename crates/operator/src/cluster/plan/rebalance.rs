@@ -133,38 +133,68 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
 }
 
-/// Capacity preflight of a drain: the dataset of the shards being drained must fit in the
-/// room the primaries that stay have under `maxmemory`. Not checked when a receiving primary
-/// has no limit (or does not report one): its room is unknown.
+/// Capacity preflight of a drain: every primary that stays must have room under `maxmemory`
+/// for what the plan moves into it (each source's dataset shared out by slots), less what it
+/// moves out. Not checked when a receiving primary has no limit (or does not report one): its
+/// room is unknown.
 fn drain_room(o: &Owners<'_>) -> Result<(), String> {
     let draining: Vec<i32> = o.draining().collect();
     if draining.is_empty() {
         return Ok(());
     }
     let memory = |shard: &i32| o.primary.get(shard).and_then(|m| m.view.as_ref()?.memory);
-    let need: u64 = draining
+    let mut room: BTreeMap<i32, u64> = BTreeMap::new();
+    for shard in &o.targets {
+        let Some(r) = memory(shard).and_then(|m| m.headroom()) else {
+            return Ok(());
+        };
+        room.insert(*shard, r);
+    }
+    let Ok(plan) = plan_rebalance(&o.current, &o.targets, usize::from(SLOT_COUNT)) else {
+        return Ok(());
+    };
+    // Bytes moved by a move of `slots` slots out of `source`, pro rata of its dataset.
+    let share = |source: &i32, slots: usize| -> i128 {
+        let owned = o.current.get(source).map_or(0, SlotSet::len);
+        let data = memory(source).map_or(0, |m| m.dataset());
+        if owned == 0 {
+            0
+        } else {
+            i128::from(data) * i128::try_from(slots).unwrap_or(0)
+                / i128::try_from(owned).unwrap_or(1)
+        }
+    };
+    let mut net: BTreeMap<i32, i128> = BTreeMap::new();
+    for m in plan.batches.iter().flatten() {
+        let bytes = share(&m.source, m.slots.len());
+        *net.entry(m.target).or_default() += bytes;
+        *net.entry(m.source).or_default() -= bytes;
+    }
+    let short: Vec<(i32, u64, u64)> = room
+        .iter()
+        .filter_map(|(shard, free)| {
+            let need = u64::try_from(net.get(shard).copied().unwrap_or(0)).unwrap_or(0);
+            (need > *free).then_some((*shard, need, *free))
+        })
+        .collect();
+    let Some((shard, need, free)) = short.first().copied() else {
+        return Ok(());
+    };
+    let missing: u64 = short.iter().map(|(_, n, f)| n - f).sum();
+    let held: u64 = draining
         .iter()
         .filter_map(memory)
         .map(|m| m.dataset())
         .sum();
-    let mut free = 0u64;
-    for shard in &o.targets {
-        let Some(room) = memory(shard).and_then(|m| m.headroom()) else {
-            return Ok(());
-        };
-        free += room;
-    }
-    if need <= free {
-        return Ok(());
-    }
     let names: Vec<String> = draining.iter().map(ToString::to_string).collect();
     Err(format!(
-        "{NOT_ENOUGH_MEMORY} shard(s) {}: they hold {}, the {} primaries that stay have {} free under maxmemory ({} missing); raise maxmemory in spec.config or keep {} shards",
+        "{NOT_ENOUGH_MEMORY} shard(s) {}: they hold {}; shard {shard} would receive {} but has {} free under maxmemory ({} missing over the {} shards that stay); raise maxmemory in spec.config or keep {} shards",
         names.join(", "),
+        mib(held),
         mib(need),
-        o.targets.len(),
         mib(free),
-        mib(need - free),
+        mib(missing),
+        o.targets.len(),
         o.targets.len() + draining.len()
     ))
 }
@@ -418,6 +448,16 @@ mod tests {
             "{reason}"
         );
         assert_eq!(rebalance_step(d(3, 0), &full), None);
+        // Enough room in total (69 MiB), but shard 2 (1 MiB free) cannot take its third.
+        let uneven = with_memory([5, 5, 38, 30], 40);
+        let Balance::NoRoom { reason, .. } = balance(d(3, 0), &uneven) else {
+            panic!("expected no room on shard 2")
+        };
+        assert!(
+            reason.contains("shard 2 would receive 10.0 MiB but has 1.0 MiB free"),
+            "{reason}"
+        );
+        assert_eq!(rebalance_step(d(3, 0), &uneven), None);
         // Without a limit the room is unknown: the drain goes ahead.
         let unlimited = with_memory([34, 34, 34, 30], 0);
         assert!(rebalance_step(d(3, 0), &unlimited).is_some());
