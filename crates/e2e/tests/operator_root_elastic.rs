@@ -385,13 +385,7 @@ async fn valkey8_shards_1_2_1(fx: &Fixture) -> anyhow::Result<()> {
     .await?;
     wait_ready(client, name, 1, Duration::from_secs(300)).await?;
     let mut conn = cluster_client(client, name, pw).await?;
-    for i in 0..5_000 {
-        let _: () = redis::cmd("SET")
-            .arg(format!("k8:{i}"))
-            .arg(i)
-            .query_async(&mut conn)
-            .await?;
-    }
+    write_read(&mut conn, 5_000, "k8").await?;
     let writer = Writer::start(client, name, pw, 0);
     let t0 = Instant::now();
     patch_spec(client, name, serde_json::json!({"shards": 2})).await?;
@@ -414,13 +408,7 @@ async fn valkey8_shards_1_2_1(fx: &Fixture) -> anyhow::Result<()> {
         .stop_and_check(client, name, pw, "Valkey 8 1→2→1")
         .await?;
     let mut conn = cluster_client(client, name, pw).await?;
-    for i in 0..5_000 {
-        let v: Option<usize> = redis::cmd("GET")
-            .arg(format!("k8:{i}"))
-            .query_async(&mut conn)
-            .await?;
-        ensure!(v == Some(i), "k8:{i} = {v:?} after 1→2→1 on Valkey 8");
-    }
+    check_acked(&mut conn, 5_000, "k8", "1→2→1 on Valkey 8").await?;
     Ok(())
 }
 

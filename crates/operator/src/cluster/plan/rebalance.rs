@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use valkey_ops::plan::plan_rebalance;
+use valkey_ops::plan::{RebalancePlan, plan_rebalance};
 use valkey_ops::topology::{known_by, owned_slots};
 use valkey_ops::{Layout, Member, SLOT_COUNT, SlotSet, Topology};
 
@@ -105,7 +105,7 @@ pub fn balance(layout: Layout, topology: &Topology) -> Balance {
     };
     match plan_rebalance(&o.current, &o.targets, REBALANCE_BATCH_SLOTS) {
         Ok(plan) if plan.is_empty() => Balance::Balanced,
-        Ok(plan) => match drain_room(&o) {
+        Ok(plan) => match drain_room(&o, &plan) {
             Ok(()) => Balance::Moving {
                 remaining: plan.moved_slots(),
                 draining: o.draining().collect(),
@@ -137,7 +137,7 @@ fn mib(bytes: u64) -> String {
 /// for what the plan moves into it (each source's dataset shared out by slots), less what it
 /// moves out. Not checked when a receiving primary has no limit (or does not report one): its
 /// room is unknown.
-fn drain_room(o: &Owners<'_>) -> Result<(), String> {
+fn drain_room(o: &Owners<'_>, plan: &RebalancePlan<i32>) -> Result<(), String> {
     let draining: Vec<i32> = o.draining().collect();
     if draining.is_empty() {
         return Ok(());
@@ -150,9 +150,6 @@ fn drain_room(o: &Owners<'_>) -> Result<(), String> {
         };
         room.insert(*shard, r);
     }
-    let Ok(plan) = plan_rebalance(&o.current, &o.targets, usize::from(SLOT_COUNT)) else {
-        return Ok(());
-    };
     // Bytes moved by a move of `slots` slots out of `source`, pro rata of its dataset.
     let share = |source: &i32, slots: usize| -> i128 {
         let owned = o.current.get(source).map_or(0, SlotSet::len);
@@ -241,7 +238,6 @@ pub fn rebalance_step(layout: Layout, topology: &Topology) -> Option<Step> {
         return None;
     }
     let o = owners(layout, topology).ok()?;
-    drain_room(&o).ok()?;
     let by_key = !atomic(&o.primary);
     let batch_slots = if by_key {
         KEY_MIGRATION_BATCH_SLOTS
@@ -249,6 +245,7 @@ pub fn rebalance_step(layout: Layout, topology: &Topology) -> Option<Step> {
         REBALANCE_BATCH_SLOTS
     };
     let plan = plan_rebalance(&o.current, &o.targets, batch_slots).ok()?;
+    drain_room(&o, &plan).ok()?;
     let batch = plan.batches.into_iter().next()?;
     let transfers: Vec<Transfer> = batch
         .iter()
