@@ -1,9 +1,9 @@
-//! The operator's HTTP endpoints: `/healthz` (process alive), `/readyz` (controllers started)
-//! and Prometheus `/metrics`.
+//! The operator's HTTP endpoints: `/healthz` (process alive), `/readyz` (started: running the
+//! controllers, or a leader-election standby ready to take over) and Prometheus `/metrics`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use axum::Router;
 use axum::extract::State;
@@ -18,8 +18,41 @@ use crate::metrics::Metrics;
 pub struct HttpState {
     /// Operator metrics.
     pub metrics: Arc<Metrics>,
-    /// Set once the controllers run.
-    pub ready: Arc<AtomicBool>,
+    /// What the process is doing.
+    pub phase: Arc<Readiness>,
+}
+
+/// What the process is doing, as `/readyz` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the CRDs: not ready (503 `starting`).
+    Starting,
+    /// Leader election on and another instance holds the Lease: no controller runs. Ready
+    /// (200 `standby`), so that a rolling update of the Deployment can proceed: the new pod
+    /// waits as a standby while the old one still leads.
+    Standby,
+    /// The controllers run (200 `ok`).
+    Running,
+}
+
+/// The current [`Phase`], shared between the run loop and the endpoints.
+#[derive(Debug, Default)]
+pub struct Readiness(AtomicU8);
+
+impl Readiness {
+    /// Records `phase`.
+    pub fn set(&self, phase: Phase) {
+        self.0.store(phase as u8, Ordering::Relaxed);
+    }
+
+    /// The current phase.
+    pub fn get(&self) -> Phase {
+        match self.0.load(Ordering::Relaxed) {
+            0 => Phase::Starting,
+            1 => Phase::Standby,
+            _ => Phase::Running,
+        }
+    }
 }
 
 async fn healthz() -> &'static str {
@@ -27,10 +60,10 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(s): State<HttpState>) -> impl IntoResponse {
-    if s.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "starting")
+    match s.phase.get() {
+        Phase::Starting => (StatusCode::SERVICE_UNAVAILABLE, "starting"),
+        Phase::Standby => (StatusCode::OK, "standby"),
+        Phase::Running => (StatusCode::OK, "ok"),
     }
 }
 
@@ -74,7 +107,7 @@ mod tests {
     async fn endpoints_answer_on_loopback() {
         let state = HttpState {
             metrics: Arc::new(Metrics::new()),
-            ready: Arc::new(AtomicBool::new(false)),
+            phase: Arc::new(Readiness::default()),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -92,7 +125,10 @@ mod tests {
         };
         assert!(get("/healthz").await.starts_with("HTTP/1.0 200"));
         assert!(get("/readyz").await.starts_with("HTTP/1.0 503"));
-        state.ready.store(true, Ordering::Relaxed);
+        state.phase.set(Phase::Standby);
+        let standby = get("/readyz").await;
+        assert!(standby.starts_with("HTTP/1.0 200") && standby.ends_with("standby"));
+        state.phase.set(Phase::Running);
         assert!(get("/readyz").await.starts_with("HTTP/1.0 200"));
         state
             .metrics

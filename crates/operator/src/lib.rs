@@ -1,8 +1,11 @@
 //! The `valkey-operator` library: pure renderers of the Kubernetes objects and the controllers.
 
+pub mod backoff;
 pub mod cluster;
 pub mod context;
+pub mod crds;
 pub mod http;
+pub mod leader;
 pub mod metrics;
 pub mod node;
 pub mod render;

@@ -3,14 +3,15 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::{Api, Client};
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use kube::Client;
 use tracing::{error, info};
-use valkey_operator::http::HttpState;
+use valkey_operator::http::{HttpState, Phase, Readiness};
+use valkey_operator::leader;
 use valkey_operator::metrics::Metrics;
 use valkey_operator::telemetry::{self, LogFormat};
 
@@ -41,6 +42,52 @@ struct RunArgs {
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     log_format: LogFormat,
+    /// Run the controllers only while holding a coordination.k8s.io Lease; other instances wait
+    /// as standbys and take over when the holder stops or dies.
+    #[arg(long, env = "VALKEY_OPERATOR_LEADER_ELECT")]
+    leader_elect: bool,
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "VALKEY_OPERATOR_LEASE_NAME",
+        default_value = "valkey-operator"
+    )]
+    lease_name: String,
+    /// Namespace of the leader-election Lease [default: $POD_NAMESPACE, else the service
+    /// account's namespace, else `default`].
+    #[arg(long, env = "VALKEY_OPERATOR_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// Lease duration in seconds: a standby takes over at most this long (plus about a second)
+    /// after the leader died; the leader renews a third of it (at least 2 s) before expiry.
+    #[arg(
+        long,
+        env = "VALKEY_OPERATOR_LEASE_DURATION",
+        default_value_t = 15,
+        value_parser = clap::value_parser!(u64).range(leader::MIN_DURATION_SECS..=3600)
+    )]
+    lease_duration: u64,
+    /// Holder identity written in the Lease [default: $POD_NAME (else the host name), the pid
+    /// and a random suffix].
+    #[arg(long, env = "VALKEY_OPERATOR_LEASE_IDENTITY")]
+    lease_identity: Option<String>,
+}
+
+impl RunArgs {
+    /// The leader-election settings, `None` when it is off.
+    fn election(&self) -> Option<leader::Config> {
+        self.leader_elect.then(|| leader::Config {
+            lease_name: self.lease_name.clone(),
+            namespace: self
+                .lease_namespace
+                .clone()
+                .unwrap_or_else(leader::default_namespace),
+            identity: self
+                .lease_identity
+                .clone()
+                .unwrap_or_else(leader::default_identity),
+            duration_secs: self.lease_duration,
+        })
+    }
 }
 
 #[tokio::main]
@@ -100,63 +147,62 @@ async fn shutdown_signal() {
     }
 }
 
-/// Connects, checks that both CRDs are installed and established, then runs both controllers
-/// and the HTTP endpoints until SIGTERM/SIGINT.
+/// Connects, serves the HTTP endpoints, waits until both CRDs are Established, then runs both
+/// controllers (with `--leader-elect`: only while holding the Lease) until SIGTERM/SIGINT.
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("building a Kubernetes client (kubeconfig or in-cluster)")?;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in valkey_api::crds() {
-        let name = crd.metadata.name.unwrap_or_default();
-        let installed = crds
-            .get_opt(&name)
-            .await
-            .with_context(|| format!("reading CRD {name}"))?
-            .with_context(|| {
-                format!("CRD {name} is not installed: run `valkey-operator crd | kubectl apply --server-side -f -`")
-            })?;
-        let established = installed
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        anyhow::ensure!(
-            established,
-            "CRD {name} is installed but not Established yet"
-        );
-        info!(crd = %name, "CRD installed");
-    }
+    let shutdown = shutdown_signal().boxed().shared();
     let metrics = Arc::new(Metrics::new());
-    let ready = Arc::new(AtomicBool::new(false));
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        // An error means the sender is gone, which also means stop.
-        let _ = rx.wait_for(|s| *s).await;
-    };
+    let phase = Arc::new(Readiness::default());
+    let (http_stop, mut http_stop_rx) = tokio::sync::watch::channel(false);
     let http_state = HttpState {
         metrics: metrics.clone(),
-        ready: ready.clone(),
+        phase: phase.clone(),
     };
     let http = tokio::spawn(valkey_operator::http::serve(
         args.metrics_address,
         http_state,
-        stopped(stop_rx.clone()),
+        async move {
+            // An error means the sender is gone, which also means stop.
+            let _ = http_stop_rx.wait_for(|s| *s).await;
+        },
     ));
-    let controllers = tokio::spawn(valkey_operator::run_controllers(
-        client,
-        metrics,
-        stopped(stop_rx),
-    ));
-    ready.store(true, Ordering::Relaxed);
-    info!("controllers running");
-    shutdown_signal().await;
-    let _ = stop_tx.send(true);
-    controllers.await.context("controller task")?;
-    http.await
+    let result = operate(&args, client, metrics, phase, shutdown).await;
+    let _ = http_stop.send(true);
+    let served = http
+        .await
         .context("http task")?
-        .with_context(|| format!("serving on {}", args.metrics_address))?;
+        .with_context(|| format!("serving on {}", args.metrics_address));
+    result?;
+    served?;
     info!("stopped");
+    Ok(())
+}
+
+/// Waits for the CRDs, then runs the controllers until `shutdown`, or while leading.
+async fn operate(
+    args: &RunArgs,
+    client: Client,
+    metrics: Arc<Metrics>,
+    phase: Arc<Readiness>,
+    shutdown: Shared<BoxFuture<'static, ()>>,
+) -> anyhow::Result<()> {
+    tokio::select! {
+        () = valkey_operator::crds::wait_all_established(&client) => {}
+        () = shutdown.clone() => return Ok(()),
+    }
+    let controllers = {
+        let (client, metrics) = (client.clone(), metrics.clone());
+        move |stop| valkey_operator::run_controllers(client, metrics, stop)
+    };
+    if let Some(election) = args.election() {
+        return leader::run(client, election, phase, metrics, shutdown, controllers).await;
+    }
+    phase.set(Phase::Running);
+    metrics.set_leader(true);
+    info!("controllers running");
+    controllers(shutdown.boxed()).await;
     Ok(())
 }

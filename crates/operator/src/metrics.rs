@@ -57,6 +57,7 @@ pub struct Metrics {
     slots_migrated: Counter,
     keys_migrated: Counter,
     migration_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+    leader: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -91,6 +92,7 @@ impl Metrics {
         let slots_migrated = Counter::default();
         let keys_migrated = Counter::default();
         let migration_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+        let leader = Gauge::default();
         registry.register("reconciles", "Reconcile passes", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -127,6 +129,11 @@ impl Metrics {
             "Time spent moving slots (the migration steps themselves, excluding the passes between them)",
             migration_seconds.clone(),
         );
+        registry.register(
+            "leader",
+            "1 while this instance runs the controllers (holds the Lease, or leader election is off)",
+            leader.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             reconciles,
@@ -137,7 +144,13 @@ impl Metrics {
             slots_migrated,
             keys_migrated,
             migration_seconds,
+            leader,
         }
+    }
+
+    /// Records whether this instance runs the controllers.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
     }
 
     /// Records one reconcile pass of `controller_name`.
@@ -224,7 +237,9 @@ mod tests {
         m.reconciled("valkeycluster", Duration::from_millis(20), false);
         m.reconciled("valkeycluster", Duration::from_millis(20), true);
         m.set_cluster_state("ns", "c", ClusterState::Ready);
+        m.set_leader(true);
         let text = m.encode();
+        assert!(text.contains("valkey_operator_leader 1"), "{text}");
         assert!(text.contains("valkey_operator_reconciles_total{controller=\"valkeycluster\"} 2"));
         assert!(
             text.contains("valkey_operator_reconcile_errors_total{controller=\"valkeycluster\"} 1")

@@ -45,6 +45,16 @@ impl Fixture {
         opts: localkube::Options,
         operator: bool,
     ) -> anyhow::Result<Option<Self>> {
+        let Some(mut fx) = Self::start_without_crds(opts).await? else {
+            return Ok(None);
+        };
+        install_crds(&fx.client).await?;
+        fx.operator = operator.then(|| Operator::start(&fx.client));
+        Ok(Some(fx))
+    }
+
+    /// An environment from `opts` only: no CRDs, no operator.
+    pub async fn start_without_crds(opts: localkube::Options) -> anyhow::Result<Option<Self>> {
         if opts.kubelets && !is_root() {
             eprintln!(
                 "skipped: needs root (localkube runs pods as processes in network namespaces)"
@@ -65,12 +75,10 @@ impl Fixture {
             t0.elapsed().as_secs_f64()
         );
         let client = env.client();
-        install_crds(&client).await?;
-        let operator = operator.then(|| Operator::start(&client));
         Ok(Some(Self {
             env,
             client,
-            operator,
+            operator: None,
         }))
     }
 
