@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use valkey_operator::cluster::act::{self, Actor};
-use valkey_operator::cluster::plan::next_step;
+use valkey_operator::cluster::plan::{FailoverTiming, next_step};
 use valkey_operator::status::shards::analyze;
 use valkey_ops::client::NodePool;
 use valkey_ops::commands::{Position, observe_topology};
@@ -49,7 +49,7 @@ async fn converge(pool: &NodePool, servers: &[Placed], d: Layout, timeout: Durat
     let mut steps = 0;
     loop {
         let m = observe(pool, servers).await;
-        if let Some(step) = next_step(d, &m, None) {
+        if let Some(step) = next_step(d, &m, None, FailoverTiming::default()) {
             let out = act::execute(&actor, &step).await;
             assert!(out.failure.is_none(), "{step:?} failed: {:?}", out.failure);
             if out.acted {
@@ -131,7 +131,7 @@ async fn forms_3x1_and_replaces_a_dead_primary() {
     let t = Instant::now();
     loop {
         let m = observe(&pool, &servers).await;
-        if let Some(step) = next_step(d, &m, None) {
+        if let Some(step) = next_step(d, &m, None, FailoverTiming::default()) {
             act::execute(&actor, &step).await;
         }
         let known = m

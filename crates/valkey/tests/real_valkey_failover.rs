@@ -52,22 +52,64 @@ async fn real_valkey9_primary_death_failover_forget_and_replace() {
     let rest: Vec<String> = addrs[1..].to_vec();
     let promoted_id = commands::node_id(&pool, &addrs[3]).await.unwrap();
     let all = addrs.clone();
+    let positions = || -> Vec<commands::Position> {
+        (0..)
+            .zip(&all)
+            .map(|(i, a)| commands::Position {
+                shard: i % 3,
+                index: i / 3,
+                pod: a.clone(),
+                addr: a.parse().unwrap(),
+            })
+            .collect()
+    };
+    // The clocks the operator's staleness bound reads mean what it assumes: the replica's
+    // `server_time_usec` is the wall clock, its link broke when the primary died (it streamed
+    // in this life), and that is no earlier than `cluster-node-timeout` (2 s here) before the
+    // cluster last heard the primary (`pong_recv`).
+    let (down_s, now_ms, heard_ms) = eventually(
+        "replica sees its primary's death",
+        Duration::from_secs(10),
+        || async {
+            let view = commands::observe_topology(&pool, positions()).await;
+            let v = view
+                .members()
+                .iter()
+                .find(|m| m.addr.to_string() == addrs[3])?
+                .view
+                .clone()?;
+            let down = v.link_down_since.filter(|s| *s >= 0)?;
+            Some((down, v.time_ms?, view.last_heard_ms(&dead)?))
+        },
+    )
+    .await;
+    let wall_ms = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    assert!(
+        wall_ms.abs_diff(now_ms) < 5_000,
+        "server clock {now_ms} vs {wall_ms}"
+    );
+    assert!(
+        heard_ms <= now_ms + 1_000,
+        "heard {heard_ms} after now {now_ms}"
+    );
+    let broke_ms = now_ms - u64::try_from(down_s).unwrap() * 1000;
+    assert!(
+        broke_ms + 2_000 >= heard_ms,
+        "link broke at {broke_ms}, primary last heard at {heard_ms}"
+    );
     // Observe through the model: the dead node unreachable and failed, its replica promoted
     // and serving its slots, the cluster healthy again.
     eventually(
         "automatic failover in the cluster view",
         Duration::from_secs(30),
         || async {
-            let positions = (0..)
-                .zip(&all)
-                .map(|(i, a)| commands::Position {
-                    shard: i % 3,
-                    index: i / 3,
-                    pod: a.clone(),
-                    addr: a.parse().unwrap(),
-                })
-                .collect();
-            let view = commands::observe_topology(&pool, positions).await;
+            let view = commands::observe_topology(&pool, positions()).await;
             let dead_unreachable = view
                 .members()
                 .iter()

@@ -364,6 +364,10 @@ async fn writer_client(
         .retries(4)
         .min_retry_wait(20)
         .max_retry_wait(200)
+        // A node cut off by a partition never answers: give up on it and retry elsewhere
+        // (the `WAIT` of a pipeline can take up to its own 500 ms).
+        .connection_timeout(Duration::from_millis(1000))
+        .response_timeout(Duration::from_millis(1500))
         .build()?;
     Ok(cc.get_async_connection().await?)
 }
@@ -553,7 +557,8 @@ impl Writer {
                 i += 1;
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            Ok((acked, max_gap))
+            // A gap still open when stopped counts too.
+            Ok((acked, max_gap.max(last_ok.elapsed())))
         });
         Self { stop, task }
     }

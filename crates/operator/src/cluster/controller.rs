@@ -24,7 +24,7 @@ use super::apply::{self, ApplyReport};
 use super::build;
 use super::live;
 use super::observe::{self, ObserveError, Observed};
-use super::plan::{self, Balance, Plan};
+use super::plan::{self, Balance, FailoverTiming, Plan};
 use super::report::{self, Report, ReportError};
 use crate::context::Shared;
 use crate::metrics::Metrics;
@@ -121,6 +121,7 @@ async fn pass(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
         pod_ips: &observed.pod_ips,
         nodes: &observed.nodes,
         desired_nodes: &desired.nodes,
+        timing: failover_timing(vc),
     });
 
     // Act: the one step, then the live changes (CONFIG SET, ACL LOAD) that need no planning.
@@ -196,6 +197,22 @@ fn layout(vc: &ValkeyCluster) -> Layout {
     Layout {
         shards: vc.spec.shards.max(0),
         replicas: vc.spec.replicas.max(0),
+    }
+}
+
+/// The failure-detection timing of `vc` (its `cluster-node-timeout` and `repl-timeout`, else
+/// the operator's and Valkey's defaults).
+fn failover_timing(vc: &ValkeyCluster) -> FailoverTiming {
+    let default = FailoverTiming::default();
+    let ms = |key: &str, scale: u64, fallback: u64| {
+        vc.spec
+            .config_value(key)
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(fallback, |v| v.saturating_mul(scale))
+    };
+    FailoverTiming {
+        node_timeout_ms: ms("cluster-node-timeout", 1, default.node_timeout_ms),
+        repl_timeout_ms: ms("repl-timeout", 1000, default.repl_timeout_ms),
     }
 }
 
@@ -310,6 +327,10 @@ fn facts(
                 Balance::NoRoom { reason, .. } => Some(reason.clone()),
                 _ => None,
             },
+            failover_stuck: plan
+                .failover_waits
+                .iter()
+                .find_map(|w| w.stuck_message(failover_timing(vc))),
             ..plan.facts.clone()
         },
         progress,

@@ -87,13 +87,14 @@ pub async fn record_roles(api: &Api<ValkeyNode>, nodes: &[ValkeyNode], topology:
 }
 
 /// How soon to look again: at once while a step acts or a shard has no writer (its takeover,
-/// or Valkey's own election, should be acted on or observed within a second), rarely when
-/// Ready, otherwise soon.
+/// or Valkey's own election, should be acted on or observed within a second), every 10 s when
+/// Ready (a change that touches no Kubernetes object, such as a partition and the election it
+/// causes, shows in the status within that time; a pass only reads), otherwise soon.
 pub fn requeue(acted: bool, writer_missing: bool, state: ClusterState) -> Duration {
     if acted || writer_missing {
         Duration::from_secs(1)
     } else if state == ClusterState::Ready {
-        Duration::from_secs(30)
+        Duration::from_secs(10)
     } else {
         Duration::from_secs(3)
     }
@@ -233,7 +234,7 @@ mod tests {
         );
         assert_eq!(
             requeue(false, false, ClusterState::Ready),
-            Duration::from_secs(30)
+            Duration::from_secs(10)
         );
         assert_eq!(
             requeue(false, false, ClusterState::Degraded),

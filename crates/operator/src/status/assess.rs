@@ -139,6 +139,10 @@ impl ChildFailure {
 /// the `DrainFailed` event is published when it first appears).
 pub const NOT_ENOUGH_MEMORY: &str = "not enough memory to drain";
 
+/// Start of the ClusterFormed message of a shard whose failover is stuck (it also marks the
+/// transition that emits `FailoverFailed`).
+pub const FAILOVER_STUCK: &str = "no failover for shard";
+
 /// What the Valkey cluster looks like, summarised from the live views.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TopologyFacts {
@@ -168,6 +172,9 @@ pub struct TopologyFacts {
     /// Why a drain does not start (the shards being removed do not fit in the memory of the
     /// others): what is missing and what to do.
     pub drain_no_room: Option<String>,
+    /// A shard that has waited for its writer past the failure-detection time and that the
+    /// operator must not fail over: why, and what to do.
+    pub failover_stuck: Option<String>,
 }
 
 /// Everything a pass learned that decides the conditions.
@@ -216,7 +223,13 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
         )
     };
 
-    let formed = if t.missing_shards > 0 {
+    let formed = if let Some(msg) = t.failover_stuck.as_ref().filter(|_| t.missing_shards > 0) {
+        Cond::no(
+            condition::CLUSTER_FORMED,
+            reason::MISSING_SHARDS,
+            msg.clone(),
+        )
+    } else if t.missing_shards > 0 {
         Cond::no(
             condition::CLUSTER_FORMED,
             reason::MISSING_SHARDS,

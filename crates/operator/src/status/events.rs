@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use valkey_api::ValkeyClusterStatus;
 use valkey_api::status::{ShardStatus, condition, event};
 
-use super::assess::{NOT_ENOUGH_MEMORY, reason};
+use super::assess::{FAILOVER_STUCK, NOT_ENOUGH_MEMORY, reason};
 use super::conditions::{find, is_true};
 
 /// An event to publish on the ValkeyCluster.
@@ -50,7 +50,8 @@ fn entered(old: &[Condition], new: &[Condition], type_: &str) -> bool {
 /// Events for the transitions between the previous and the new status: `ClusterReady` when
 /// Ready turns True, `GracePeriodTooShort` when ConfigurationWarning turns True,
 /// `PodUnschedulable` when the cluster becomes Degraded for that reason, `DrainFailed` when a
-/// drain is held back for lack of memory, and
+/// drain is held back for lack of memory, `FailoverFailed` when a shard's failover is stuck (see
+/// [`FAILOVER_STUCK`]), and
 /// `FailoverCompleted` for every shard whose primary pod changed.
 pub fn transition_events(
     old: Option<&ValkeyClusterStatus>,
@@ -101,6 +102,19 @@ pub fn transition_events(
             out.push(EventSpec::warning(
                 event::POD_UNSCHEDULABLE,
                 "Schedule",
+                c.message.clone(),
+            ));
+        }
+    }
+    if let Some(c) = find(nc, condition::CLUSTER_FORMED)
+        .filter(|c| c.status == "False" && c.message.starts_with(FAILOVER_STUCK))
+    {
+        let was = find(oc, condition::CLUSTER_FORMED)
+            .is_some_and(|o| o.status == "False" && o.message.starts_with(FAILOVER_STUCK));
+        if !was {
+            out.push(EventSpec::warning(
+                event::FAILOVER_FAILED,
+                "WaitForFailover",
                 c.message.clone(),
             ));
         }

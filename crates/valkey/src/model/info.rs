@@ -352,6 +352,8 @@ pub struct ServerInfo {
     pub tcp_port: Option<u16>,
     /// `uptime_in_seconds`.
     pub uptime_seconds: Option<u64>,
+    /// `server_time_usec`: the server's clock (Unix time in microseconds) when it answered.
+    pub time_usec: Option<u64>,
 }
 
 impl ServerInfo {
@@ -375,6 +377,7 @@ impl ServerInfo {
             run_id: f.get("run_id").map(str::to_owned),
             tcp_port: f.opt_num("tcp_port")?,
             uptime_seconds: f.opt_num("uptime_in_seconds")?,
+            time_usec: f.opt_num("server_time_usec")?,
         })
     }
 }
@@ -594,6 +597,7 @@ mod tests {
         assert!(s.version.has_atomic_slot_migration());
         assert_eq!(s.mode.as_deref(), Some("cluster"));
         assert_eq!(s.tcp_port, Some(17001));
+        assert_eq!(s.time_usec, Some(1_796_206_472_786_406));
         let s8 = ServerInfo::parse(SERVER_8).unwrap();
         assert_eq!(s8.version, Version::new(8, 0, 1));
         assert!(!s8.version.has_atomic_slot_migration());

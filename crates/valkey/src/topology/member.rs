@@ -40,6 +40,9 @@ pub struct NodeView {
     /// For a replica whose link is down: seconds since it broke, `-1` when this process never
     /// had a link (it holds only what it loaded at start).
     pub link_down_since: Option<i64>,
+    /// The node's clock when it answered (Unix time in ms), when reported: the reference for
+    /// `link_down_since` against the `pong_recv` times of `CLUSTER NODES`.
+    pub time_ms: Option<u64>,
     /// Server version, when reported.
     pub version: Option<Version>,
     /// `INFO memory`, when reported.
@@ -61,6 +64,7 @@ impl NodeView {
             sync_in_progress: false,
             repl_offset: 0,
             link_down_since: None,
+            time_ms: None,
             version: None,
             memory: None,
         }
@@ -80,6 +84,11 @@ impl From<NodeObservation> for NodeView {
             sync_in_progress: repl.is_some_and(|r| r.sync_in_progress),
             link_down_since: repl.and_then(|r| r.primary_link_down_since),
             repl_offset: repl.map_or(0, |r| r.replica_repl_offset.unwrap_or(r.master_repl_offset)),
+            time_ms: o
+                .server
+                .as_ref()
+                .and_then(|s| s.time_usec)
+                .map(|t| t / 1000),
             version: o.server.as_ref().map(|s| s.version),
             memory: o.memory,
             nodes: o.nodes,

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 pub use member::{Layout, Member, NodeView};
 
-use crate::model::{ClusterNode, ClusterNodes};
+use crate::model::{ClusterNode, ClusterNodes, LinkState};
 use crate::slots::SlotSet;
 
 /// The members of a cluster (every position with a running pod, reachable or not) and the
@@ -177,6 +177,48 @@ impl Topology {
             .into_iter()
             .flat_map(|v| v.nodes.iter())
             .filter(move |n| !n.flags.handshake && !live.contains(n.id.as_str()))
+    }
+
+    /// Whether some reachable member other than node `id` itself has a live cluster-bus link to
+    /// it: connected, not suspected (`fail?`) or failed (`fail`), and no ping to it pending for
+    /// longer than `stale_ping_ms` by that member's clock (a link being connected to a dead
+    /// address also shows `connected`). A node heard this way is serving somewhere, whatever the
+    /// operator can reach.
+    pub fn heard(&self, id: &str, stale_ping_ms: u64) -> bool {
+        self.reachable().filter(|m| m.id() != Some(id)).any(|m| {
+            let Some(v) = m.view.as_ref() else {
+                return false;
+            };
+            v.nodes.get(id).is_some_and(|n| {
+                let ping_stale = n.ping_sent > 0
+                    && v.time_ms
+                        .is_some_and(|now| now.saturating_sub(n.ping_sent) > stale_ping_ms);
+                n.link_state == LinkState::Connected
+                    && !n.flags.pfail
+                    && !n.flags.fail
+                    && !ping_stale
+            })
+        })
+    }
+
+    /// Whether some reachable member flags node `id` `fail`: a majority of primaries agreed on
+    /// its failure (Valkey sets `fail` only on a quorum of failure reports, then broadcasts it).
+    pub fn agreed_failed(&self, id: &str) -> bool {
+        self.reachable().any(|m| {
+            m.view
+                .as_ref()
+                .and_then(|v| v.nodes.get(id))
+                .is_some_and(|n| n.flags.fail)
+        })
+    }
+
+    /// The latest time (Unix ms) any reachable member received a pong from node `id`, when
+    /// any reports one.
+    pub fn last_heard_ms(&self, id: &str) -> Option<u64> {
+        self.reachable()
+            .filter_map(|m| m.view.as_ref()?.nodes.get(id).map(|n| n.pong_recv))
+            .filter(|t| *t > 0)
+            .max()
     }
 
     /// Slots still owned (in the seed's view) by the primary that members of `shard` replicate

@@ -8,7 +8,7 @@
 //! executing it is [`super::act`]'s job, and the next pass plans again from the live view, so
 //! an interrupted step is resumed from what the cluster shows, never from memory.
 
-mod failover;
+pub mod failover;
 mod rebalance;
 mod removal;
 pub mod roll;
@@ -25,6 +25,7 @@ use valkey_api::status::ShardStatus;
 use valkey_ops::commands::FailoverMode;
 use valkey_ops::{Layout, SlotRange, Topology};
 
+pub use failover::{FailoverTiming, FailoverWait};
 pub use rebalance::{Balance, KEY_MIGRATION_BATCH_SLOTS, REBALANCE_BATCH_SLOTS};
 pub use topology::next_step;
 
@@ -182,6 +183,8 @@ pub struct Input<'a> {
     pub nodes: &'a [ValkeyNode],
     /// The ValkeyNodes as built this pass (the current workload revisions).
     pub desired_nodes: &'a [ValkeyNode],
+    /// The cluster's failure-detection timing (bounds of the failover rule).
+    pub timing: FailoverTiming,
 }
 
 /// The plan of a pass: its step and the facts the status is derived from.
@@ -199,6 +202,8 @@ pub struct Plan {
     pub balance: Balance,
     /// ValkeyNodes outside the layout still to be removed.
     pub surplus_nodes: usize,
+    /// Shards without a writer that the operator does not fail over, and why.
+    pub failover_waits: Vec<FailoverWait>,
 }
 
 /// Plans one pass.
@@ -213,7 +218,9 @@ pub fn plan(input: &Input<'_>) -> Plan {
         .collect();
     let balance = rebalance::balance(input.layout, input.topology);
     let surplus_nodes = input.nodes.len() - layout_nodes.len();
-    let step = next_step(input.layout, &within, Some(input.pod_ips))
+    let failover_waits =
+        failover::failover_decision(input.layout, &within, Some(input.pod_ips), input.timing).waits;
+    let step = next_step(input.layout, &within, Some(input.pod_ips), input.timing)
         .or_else(|| removal::surplus(input.layout, input.topology, input.nodes))
         .or_else(|| rebalance::open_slots_step(input.layout, input.topology))
         .or_else(|| rebalance::rebalance_step(input.layout, input.topology))
@@ -249,5 +256,6 @@ pub fn plan(input: &Input<'_>) -> Plan {
         roll_progress: roll::progress(&layout_nodes),
         balance,
         surplus_nodes,
+        failover_waits,
     }
 }

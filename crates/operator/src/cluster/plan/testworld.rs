@@ -50,6 +50,38 @@ pub fn node(n: u32, shard: i32, index: i32) -> N {
     }
 }
 
+/// Node `n`'s pod at (`shard`, `index`) that the operator cannot reach; `refused`: its port
+/// refuses connections (no server process).
+pub fn unreachable(n: u32, shard: i32, index: i32, refused: bool) -> Member {
+    Member {
+        shard,
+        index,
+        pod: format!("pod-{shard}-{index}"),
+        addr: addr(n),
+        view: None,
+        refused,
+    }
+}
+
+/// 2 shards × 2 replicas, formed: nodes 1 and 4 own half the slots each, 2, 3 replicate 1 and
+/// 5, 6 replicate 4.
+pub fn formed22() -> Vec<N> {
+    let mut n = vec![
+        node(1, 0, 0),
+        node(2, 0, 1),
+        node(3, 0, 2),
+        node(4, 1, 0),
+        node(5, 1, 1),
+        node(6, 1, 2),
+    ];
+    n[0].slots = "0-8191";
+    n[3].slots = "8192-16383";
+    for (r, p) in [(1, 1), (2, 1), (4, 4), (5, 4)] {
+        n[r].primary_of = Some(p);
+    }
+    n
+}
+
 /// The members of a world, to modify.
 pub fn members(t: &Topology) -> Vec<Member> {
     t.members().to_vec()

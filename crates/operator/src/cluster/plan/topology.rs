@@ -9,23 +9,25 @@ use valkey_ops::plan::initial_assignment;
 use valkey_ops::{Layout, Member, SLOT_COUNT, SlotSet, Topology};
 
 use super::Step;
-use super::failover::failover_step;
+use super::failover::{FailoverTiming, failover_step};
 
 /// The next step, or `None` when the topology matches the layout (or must wait).
 ///
 /// `topology` holds the members of the layout only. `pod_ips` are the IPs of every pod of the
 /// cluster that still exists (any phase but Succeeded/Failed, terminating included), when
 /// known: a primary whose IP no pod holds any more is gone for certain, and its shard is
-/// failed over without waiting for Valkey's failure detection.
+/// failed over without waiting for Valkey's failure detection. `timing` bounds the staleness of
+/// a replica the operator promotes.
 pub fn next_step(
     layout: Layout,
     topology: &Topology,
     pod_ips: Option<&BTreeSet<IpAddr>>,
+    timing: FailoverTiming,
 ) -> Option<Step> {
     let seed = topology.seed()?;
 
     // 0. A shard without a writer that Valkey cannot fail over by itself comes first.
-    if let Some(step) = failover_step(layout, topology, pod_ips) {
+    if let Some(step) = failover_step(layout, topology, pod_ips, timing) {
         return Some(step);
     }
 
@@ -94,12 +96,25 @@ pub fn next_step(
         .iter()
         .filter_map(|m| m.me()?.primary_id.as_deref())
         .collect();
+    //    A node whose pod still holds its IP but neither answers nor refuses (cut off by a
+    //    partition) is not forgotten: it would come back as a stranger once the partition heals.
+    let cut_off = |ip: &str| {
+        let Ok(ip) = ip.parse::<IpAddr>() else {
+            return false;
+        };
+        pod_ips.is_some_and(|ips| ips.contains(&ip))
+            && topology
+                .members()
+                .iter()
+                .any(|m| m.ip() == ip && m.view.is_none() && !m.refused)
+    };
     let dead = topology.seed_view()?.nodes.iter().find(|n| {
         !n.flags.myself
             && (n.flags.fail || n.flags.noaddr)
             && !live_ids.contains(n.id.as_str())
             && !followed.contains(n.id.as_str())
             && n.slot_count() == 0
+            && !cut_off(&n.addr.ip)
     })?;
     Some(Step::Forget {
         node_id: dead.id.clone(),
@@ -114,7 +129,13 @@ mod tests {
 
     #[test]
     fn fresh_nodes_are_met_in_one_batch() {
-        let step = next_step(D31, &world(&fresh31(), &[]), None).unwrap();
+        let step = next_step(
+            D31,
+            &world(&fresh31(), &[]),
+            None,
+            FailoverTiming::default(),
+        )
+        .unwrap();
         let Step::Meet { seed, nodes } = step else {
             panic!("expected meet, got {step:?}")
         };
@@ -124,7 +145,13 @@ mod tests {
 
     #[test]
     fn joined_nodes_get_the_initial_slot_plan_on_index_0() {
-        let step = next_step(D31, &world(&fresh31(), &[1, 2, 3, 4, 5, 6]), None).unwrap();
+        let step = next_step(
+            D31,
+            &world(&fresh31(), &[1, 2, 3, 4, 5, 6]),
+            None,
+            FailoverTiming::default(),
+        )
+        .unwrap();
         let Step::AssignSlots { assignments } = step else {
             panic!("expected slots, got {step:?}")
         };
@@ -154,7 +181,13 @@ mod tests {
         for x in &mut n {
             x.primary_of = None;
         }
-        let step = next_step(D31, &world(&n, &[1, 2, 3, 4, 5, 6]), None).unwrap();
+        let step = next_step(
+            D31,
+            &world(&n, &[1, 2, 3, 4, 5, 6]),
+            None,
+            FailoverTiming::default(),
+        )
+        .unwrap();
         assert_eq!(
             step,
             Step::Replicate {
@@ -170,7 +203,7 @@ mod tests {
     #[test]
     fn formed_cluster_needs_nothing() {
         let m = world(&formed31(), &[1, 2, 3, 4, 5, 6]);
-        assert_eq!(next_step(D31, &m, None), None);
+        assert_eq!(next_step(D31, &m, None, FailoverTiming::default()), None);
     }
 
     #[test]
@@ -178,7 +211,7 @@ mod tests {
         // Failover happened in shard 0: node-index-1 is now the primary, index 0 its replica.
         let n = failed_over31();
         let m = world(&n, &[1, 2, 3, 4, 5, 6]);
-        assert_eq!(next_step(D31, &m, None), None);
+        assert_eq!(next_step(D31, &m, None, FailoverTiming::default()), None);
     }
 
     #[test]
@@ -189,7 +222,7 @@ mod tests {
         n.push(node(7, 0, 0));
         let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(
-            next_step(D31, &m, None),
+            next_step(D31, &m, None, FailoverTiming::default()),
             Some(Step::Replicate {
                 attachments: vec![(addr(7), id(2), 0)]
             })
@@ -203,11 +236,41 @@ mod tests {
         n7.primary_of = Some(2);
         n.push(n7);
         let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
-        let Some(Step::Forget { node_id, addrs }) = next_step(D31, &m, None) else {
+        let Some(Step::Forget { node_id, addrs }) =
+            next_step(D31, &m, None, FailoverTiming::default())
+        else {
             panic!("expected forget")
         };
         assert_eq!(node_id, id(1));
         assert_eq!(addrs.len(), 6);
+    }
+
+    #[test]
+    fn a_failed_node_cut_off_by_a_partition_is_not_forgotten() {
+        // Node 1 was demoted while partitioned: the others flag it failed, its pod (same IP)
+        // neither answers nor refuses. Forgetting it would make it a stranger after healing.
+        let n = taken_over31();
+        let mut m = members(&world(&n, &[1, 2, 3, 4, 5, 6]));
+        m.push(unreachable(1, 0, 0, false));
+        let all = ips(0, 6);
+        let step = |m: &[Member], pods| {
+            next_step(
+                D31,
+                &Topology::new(m.to_vec()),
+                pods,
+                FailoverTiming::default(),
+            )
+        };
+        assert_eq!(step(&m, Some(&all)), None);
+        // Its process died (the pod refuses connections): forget it.
+        m.last_mut().expect("member").refused = true;
+        assert!(matches!(step(&m, Some(&all)), Some(Step::Forget { .. })));
+        // Its pod is gone.
+        m.pop();
+        assert!(matches!(
+            step(&m, Some(&ips(1, 6))),
+            Some(Step::Forget { .. })
+        ));
     }
 
     #[test]
@@ -218,7 +281,7 @@ mod tests {
         n[0].fail = true;
         n.push(node(7, 0, 0));
         let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
-        assert_eq!(next_step(D31, &m, None), None);
+        assert_eq!(next_step(D31, &m, None, FailoverTiming::default()), None);
     }
 
     #[test]
@@ -227,7 +290,7 @@ mod tests {
         // Pod of node 6 restarted with its identity at a new IP.
         m[5].addr = "10.0.0.66:6379".parse().unwrap();
         assert_eq!(
-            next_step(D31, &Topology::new(m), None),
+            next_step(D31, &Topology::new(m), None, FailoverTiming::default()),
             Some(Step::ReMeet {
                 seed: addr(1),
                 nodes: vec!["10.0.0.66:6379".parse().unwrap()]
@@ -242,7 +305,9 @@ mod tests {
             replicas: 0,
         };
         let m = world(&[node(1, 0, 0)], &[]);
-        let Some(Step::AssignSlots { assignments }) = next_step(d, &m, None) else {
+        let Some(Step::AssignSlots { assignments }) =
+            next_step(d, &m, None, FailoverTiming::default())
+        else {
             panic!("expected slots")
         };
         assert_eq!(assignments[0].2[0].to_string(), "0-16383");
@@ -254,6 +319,9 @@ mod tests {
         for x in &mut m {
             x.view = None;
         }
-        assert_eq!(next_step(D31, &Topology::new(m), None), None);
+        assert_eq!(
+            next_step(D31, &Topology::new(m), None, FailoverTiming::default()),
+            None
+        );
     }
 }

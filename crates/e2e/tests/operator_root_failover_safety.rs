@@ -1,0 +1,141 @@
+//! End-to-end failover safety under a network partition (needs root: localkube runs pods as
+//! processes in network namespaces; the partition takes a pod's veth down).
+//!
+//! A 3×1 cluster under a continuous writer (`SET` + `WAIT 1`): shard 0's primary is cut off
+//! from everything, the operator included. The operator cannot reach it, its pod still exists
+//! and does not refuse connections, so by the failover rule it is not known down: the operator
+//! drives no failover and leaves the election to Valkey's majority. Once the partition heals,
+//! the cut-off node rejoins as a replica (exactly one primary per shard), the cluster is Ready
+//! with the full topology, and no acknowledged write is lost (the cut-off primary could not
+//! have acknowledged any: its replica was unreachable). While partitioned, the status stops
+//! saying Ready. The same is tried a second time from the state the first left (the primary of
+//! shard 0 now at node index 1).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use support::*;
+
+/// Shard 0's pod that is a primary in the live topology (not the status: the test checks the
+/// status against it).
+async fn live_primary_of_shard0(
+    client: &kube::Client,
+    name: &str,
+    pw: &str,
+) -> anyhow::Result<String> {
+    for p in pods_of(client, name).await? {
+        let pod = p.metadata.name.clone().unwrap_or_default();
+        if !pod.starts_with(&format!("valkey-{name}-0-")) {
+            continue;
+        }
+        let ip = pod_ip(&p).context("pod ip")?;
+        if live_role(&ip, "app", pw).await? == "master" {
+            return Ok(pod);
+        }
+    }
+    anyhow::bail!("shard 0 has no live primary")
+}
+
+/// Cuts shard 0's current primary off, waits until Valkey promotes its replica while the
+/// status shows the disruption, heals, waits for the full topology, and returns the cut-off pod.
+async fn partition_shard0_primary(
+    fx: &Fixture,
+    name: &str,
+    pw: &str,
+    round: usize,
+) -> anyhow::Result<String> {
+    let client = &fx.client;
+    wait_ready(client, name, 3, Duration::from_secs(180)).await?;
+    let victim = live_primary_of_shard0(client, name, pw).await?;
+    let faults = fx.faults()?;
+    let writer = Writer::start(client, name, pw, 1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cut = Instant::now();
+    faults.cut_network(NS, &victim)?;
+    eprintln!("[round {round}] cut the network of {victim} (primary of shard 0)");
+    let during = async {
+        let writable = wait_writable(client, name, pw, Duration::from_secs(120)).await?;
+        eprintln!(
+            "MEASURE partition round {round}: all slots writable again after {:.1}s (Valkey's election)",
+            writable.as_secs_f64()
+        );
+        // Stay partitioned until the operator's status shows the lost replica (a Ready
+        // cluster is observed every 10 s): the status tells the truth.
+        let api: kube::Api<valkey_api::ValkeyCluster> = kube::Api::namespaced(client.clone(), NS);
+        loop {
+            let s = api.get(name).await?.status.unwrap_or_default();
+            if s.state != valkey_api::status::ClusterState::Ready {
+                eprintln!(
+                    "[round {round}] status after {:.1}s: {:?} {:?} {:?}",
+                    cut.elapsed().as_secs_f64(),
+                    s.state,
+                    s.reason,
+                    s.message
+                );
+                break;
+            }
+            ensure!(
+                cut.elapsed() < Duration::from_secs(40),
+                "the status still says Ready {:.0}s into the partition of {victim}",
+                cut.elapsed().as_secs_f64()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        anyhow::Ok(())
+    };
+    let result = during.await;
+    faults.restore_network(NS, &victim)?;
+    result?;
+    let healed = Instant::now();
+    eprintln!("[round {round}] restored the network of {victim}");
+    let recovered =
+        wait_recovered(client, name, 3, 1, &[], healed, Duration::from_secs(180)).await?;
+    eprintln!(
+        "MEASURE partition round {round}: Ready with the full topology {:.1}s after healing ({:.1}s after the cut)",
+        recovered.as_secs_f64(),
+        cut.elapsed().as_secs_f64()
+    );
+    let (acked, gap) = writer
+        .stop_and_check(client, name, pw, "the partition")
+        .await?;
+    eprintln!(
+        "MEASURE partition round {round}: {acked} acknowledged writes kept, longest gap {:.1}s",
+        gap.as_secs_f64()
+    );
+    check_topology(client, name, 3, 1, pw).await?;
+    let now_primary = live_primary_of_shard0(client, name, pw).await?;
+    ensure!(
+        now_primary != victim,
+        "the cut-off former primary {victim} is shard 0's primary again after healing"
+    );
+    Ok(victim)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operator_root_partitioned_primary_is_left_to_valkeys_election() -> anyhow::Result<()> {
+    let Some(fx) = Fixture::start().await? else {
+        return Ok(());
+    };
+    let name = "part";
+    let pw = "app-password-1";
+    create_user_secret(&fx.client, &format!("{name}-app"), pw).await?;
+    create_cluster(&fx.client, name, 3, 1).await?;
+    wait_ready(&fx.client, name, 3, Duration::from_secs(300)).await?;
+
+    let first = partition_shard0_primary(&fx, name, pw, 1).await?;
+    let second = partition_shard0_primary(&fx, name, pw, 2).await?;
+    ensure!(
+        first != second,
+        "round 2 cut the same pod ({first}): shard 0's primary did not move in round 1"
+    );
+    eprintln!("rounds: cut {first}, then {second}");
+    let metrics = fx.metrics();
+    ensure!(
+        !metrics.contains("kind=\"Failover\""),
+        "the operator forced a failover of a primary that was only partitioned:\n{metrics}"
+    );
+    fx.stop().await;
+    Ok(())
+}
