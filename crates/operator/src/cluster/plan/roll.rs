@@ -5,7 +5,9 @@
 //! the cluster is otherwise healthy and no authorized roll is still in flight: replicas first;
 //! a primary is first demoted by a coordinated `CLUSTER FAILOVER` on its most caught-up synced
 //! replica (no acknowledged write is lost), then rolled as a replica. A pending node whose pod
-//! is not ready serves nothing and is rolled at once (its new template may be the fix).
+//! is not ready is rolled out of turn (its new template may be the fix) only when it holds no
+//! copy its shard needs; a not-ready primary owning slots hands over to a synced replica first,
+//! and otherwise waits, as does a replica of a shard without a writer.
 
 use std::net::SocketAddr;
 
@@ -62,6 +64,37 @@ fn member_of<'a>(node: &ValkeyNode, topology: &'a Topology) -> Option<&'a Member
     topology.at(node.spec.shard_index, node.spec.node_index)
 }
 
+/// The roll step for a pending node whose pod is not ready, or `None` while it must wait:
+///
+/// - no server process (no running pod, or its port refuses connections), an empty primary, or
+///   a replica of a shard that still has a writer holds no copy the shard needs: roll it now;
+/// - a primary owning slots hands them over to its most caught-up synced replica first, and
+///   waits while it has none (for example while its replica is in a full sync);
+/// - a replica of a shard without a writer may hold the shard's last copy: wait;
+/// - a pod the operator cannot reach but that does not refuse connections: wait.
+fn not_ready_step(node: &ValkeyNode, topology: &Topology) -> Option<RollStep> {
+    let authorize = RollStep::Authorize {
+        node: node.name_any(),
+    };
+    let Some(m) = member_of(node, topology) else {
+        return Some(authorize);
+    };
+    let Some(me) = m.me() else {
+        return m.refused.then_some(authorize);
+    };
+    if me.is_replica() {
+        return topology.writer(m.shard).is_some().then_some(authorize);
+    }
+    if !me.owns_slots() {
+        return Some(authorize);
+    }
+    topology.best_synced_replica(m).map(|r| RollStep::Failover {
+        replica: r.addr,
+        shard: node.spec.shard_index,
+        primary: node.name_any(),
+    })
+}
+
 /// The next roll step. `healthy`: the topology needs no step and every shard has its primary
 /// and synced replicas.
 pub fn next_roll(nodes: &[ValkeyNode], topology: &Topology, healthy: bool) -> Option<RollStep> {
@@ -72,13 +105,13 @@ pub fn next_roll(nodes: &[ValkeyNode], topology: &Topology, healthy: bool) -> Op
     waiting.sort_by_key(|n| (n.spec.shard_index, n.spec.node_index));
     let authorize = |n: &ValkeyNode| RollStep::Authorize { node: n.name_any() };
 
-    // Not serving anyway (its pod is not ready): roll it now. A ready pod the operator merely
-    // could not reach this pass waits.
-    if let Some(n) = waiting
+    // A pod that is not ready: out of turn, when that loses no copy its shard needs.
+    if let Some(step) = waiting
         .iter()
-        .find(|n| !n.status.as_ref().is_some_and(|s| s.ready))
+        .filter(|n| !n.status.as_ref().is_some_and(|s| s.ready))
+        .find_map(|n| not_ready_step(n, topology))
     {
-        return Some(authorize(n));
+        return Some(step);
     }
     if !healthy {
         return None;
@@ -92,15 +125,22 @@ pub fn next_roll(nodes: &[ValkeyNode], topology: &Topology, healthy: bool) -> Op
     }
     let n = waiting.first()?;
     let primary = member_of(n, topology).filter(|m| m.me().is_some())?;
-    Some(match topology.best_synced_replica(primary) {
-        Some(r) => RollStep::Failover {
+    match topology.best_synced_replica(primary) {
+        Some(r) => Some(RollStep::Failover {
             replica: r.addr,
             shard: n.spec.shard_index,
             primary: n.name_any(),
-        },
+        }),
+        // A replica that is not synced yet: the primary holds the shard's last synced copy.
+        None if topology
+            .shard(primary.shard)
+            .any(|m| m.addr != primary.addr) =>
+        {
+            None
+        }
         // A shard without replicas cannot hand over; its pod is replaced in place.
-        None => authorize(n),
-    })
+        None => Some(authorize(n)),
+    }
 }
 
 /// The Progressing message while a rolling update is under way (nodes pending or in flight).
@@ -271,12 +311,75 @@ mod tests {
     }
 
     #[test]
-    fn a_pending_node_that_serves_nothing_rolls_at_once() {
+    fn a_pending_node_whose_process_is_dead_rolls_at_once() {
         let nodes = vec![vnode(0, 0, true, true), vnode(1, 0, true, false)];
+        let mut m = member_list();
+        m[2].view = None;
+        m[2].refused = true;
+        let authorize_1_0 = Some(RollStep::Authorize {
+            node: "c-1-0".into(),
+        });
+        assert_eq!(
+            next_roll(&nodes, &Topology::new(m.clone()), false),
+            authorize_1_0
+        );
+        // No running pod at all.
+        m.remove(2);
+        assert_eq!(next_roll(&nodes, &Topology::new(m), false), authorize_1_0);
+    }
+
+    #[test]
+    fn a_not_ready_primary_hands_over_first_or_waits_for_its_replica_to_sync() {
+        let nodes = vec![vnode(1, 0, true, false), vnode(1, 1, false, true)];
         assert_eq!(
             next_roll(&nodes, &members(), false),
+            Some(RollStep::Failover {
+                replica: "10.0.0.4:6379".parse().unwrap(),
+                shard: 1,
+                primary: "c-1-0".into(),
+            })
+        );
+        // Its only replica is in a full sync: nothing is rolled.
+        let mut m = member_list();
+        m[3].view.as_mut().unwrap().sync_in_progress = true;
+        assert_eq!(next_roll(&nodes, &Topology::new(m.clone()), false), None);
+        assert_eq!(next_roll(&nodes, &Topology::new(m), true), None);
+        // Unreachable but not refusing (a timeout): wait.
+        let mut m = member_list();
+        m[2].view = None;
+        assert_eq!(next_roll(&nodes, &Topology::new(m), false), None);
+    }
+
+    #[test]
+    fn a_not_ready_replica_rolls_at_once_only_while_its_shard_has_a_writer() {
+        let nodes = vec![vnode(1, 0, false, true), vnode(1, 1, true, false)];
+        let authorize = Some(RollStep::Authorize {
+            node: "c-1-1".into(),
+        });
+        assert_eq!(next_roll(&nodes, &members(), false), authorize);
+        // The shard's primary is gone: the replica may hold its last copy.
+        let mut m = member_list();
+        m.remove(2);
+        assert_eq!(next_roll(&nodes, &Topology::new(m), false), None);
+    }
+
+    #[test]
+    fn a_not_ready_empty_primary_rolls_at_once() {
+        let mut m = member_list();
+        let text = "e0 10.0.0.5:6379@16379 myself,master - 0 0 3 connected\n";
+        m.push(Member {
+            shard: 2,
+            index: 0,
+            pod: "pod-2-0".into(),
+            addr: "10.0.0.5:6379".parse().unwrap(),
+            refused: false,
+            view: Some(NodeView::from_nodes(ClusterNodes::parse(text).unwrap())),
+        });
+        let nodes = vec![vnode(2, 0, true, false)];
+        assert_eq!(
+            next_roll(&nodes, &Topology::new(m), false),
             Some(RollStep::Authorize {
-                node: "c-1-0".into()
+                node: "c-2-0".into()
             })
         );
     }
