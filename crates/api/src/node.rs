@@ -209,6 +209,11 @@ pub struct ValkeyNodeStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Live settings (`maxmemory`, `maxmemory-policy`, `maxclients`) the operator has set on
+    /// the pod's server with `CONFIG SET`. A key removed from the cluster's `spec.config` is
+    /// returned to Valkey's default, then dropped from this list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub live_config_keys: Vec<String>,
     /// Standard conditions: Ready, PersistentVolumeClaimReady, PersistentVolumeClaimSizeReady,
     /// LiveConfigApplied, ACLApplied, WorkloadRollPending.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

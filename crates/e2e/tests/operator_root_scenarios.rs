@@ -164,6 +164,36 @@ where
     }
 }
 
+/// Waits until every pod's server has the `want` settings and every ValkeyNode reports
+/// `LiveConfigApplied`; returns how long that took.
+async fn wait_live_settings(
+    client: &Client,
+    name: &str,
+    op_pw: &str,
+    what: &str,
+    want: &[(&str, &str)],
+) -> anyhow::Result<Duration> {
+    wait_settled(what, Duration::from_secs(60), || async {
+        let mut pending = condition_not_true(client, name, "LiveConfigApplied").await?;
+        for p in pods_of(client, name).await? {
+            let ip = pod_ip(&p).context("pod ip")?;
+            let mut c = node_conn(&ip, "_operator", op_pw).await?;
+            for (k, v) in want {
+                let got: Vec<String> = redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg(k)
+                    .query_async(&mut c)
+                    .await?;
+                if got.get(1).map(String::as_str) != Some(*v) {
+                    pending.push(format!("{ip} {k}={got:?}"));
+                }
+            }
+        }
+        Ok(pending)
+    })
+    .await
+}
+
 async fn live_changes_applied_without_restart(client: &Client, name: &str) -> anyhow::Result<()> {
     let before = pod_identities(client, name).await?;
     let op_pw = system_operator_password(client, name).await?;
@@ -178,25 +208,7 @@ async fn live_changes_applied_without_restart(client: &Client, name: &str) -> an
         ("maxmemory-policy", "allkeys-lru"),
         ("maxclients", "2000"),
     ];
-    let took = wait_settled("live settings", Duration::from_secs(60), || async {
-        let mut pending = condition_not_true(client, name, "LiveConfigApplied").await?;
-        for p in pods_of(client, name).await? {
-            let ip = pod_ip(&p).context("pod ip")?;
-            let mut c = node_conn(&ip, "_operator", &op_pw).await?;
-            for (k, v) in want {
-                let got: Vec<String> = redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg(k)
-                    .query_async(&mut c)
-                    .await?;
-                if got.get(1).map(String::as_str) != Some(v) {
-                    pending.push(format!("{ip} {k}={got:?}"));
-                }
-            }
-        }
-        Ok(pending)
-    })
-    .await?;
+    let took = wait_live_settings(client, name, &op_pw, "live settings", &want).await?;
     eprintln!(
         "MEASURE live settings changed → on every server, LiveConfigApplied=True: {:.1}s",
         took.as_secs_f64()
@@ -212,6 +224,24 @@ async fn live_changes_applied_without_restart(client: &Client, name: &str) -> an
     ensure!(
         conf.contains("maxmemory 64mb"),
         "restarted pods would not get the setting: {conf}"
+    );
+    wait_ready(client, name, 2, Duration::from_secs(60)).await?;
+
+    // A live key removed from spec.config returns to Valkey's default on every server (what a
+    // restarted pod would have), without a restart; the others stay.
+    let patch =
+        serde_json::json!({"spec": {"config": {"maxmemory-policy": null, "maxclients": null}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let want = [
+        ("maxmemory", "67108864"),
+        ("maxmemory-policy", "noeviction"),
+        ("maxclients", "10000"),
+    ];
+    let took = wait_live_settings(client, name, &op_pw, "live settings removed", &want).await?;
+    eprintln!(
+        "MEASURE live settings removed → Valkey defaults on every server: {:.1}s",
+        took.as_secs_f64()
     );
     wait_ready(client, name, 2, Duration::from_secs(60)).await?;
 
@@ -243,7 +273,7 @@ async fn live_changes_applied_without_restart(client: &Client, name: &str) -> an
     );
 
     // Password rotation: the reader's Secret changes; every pod takes the new password and
-    // refuses the old one. From an idle Ready cluster (the controller's next requeue is 30 s
+    // refuses the old one. From an idle Ready cluster (the controller's next requeue is 10 s
     // away), so the time shows how fast the change itself is noticed.
     wait_ready(client, name, 2, Duration::from_secs(60)).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -2,7 +2,8 @@
 //!
 //! - settings (`maxmemory`, `maxmemory-policy`, `maxclients`) applied with `CONFIG SET`:
 //!   `LiveConfigApplied` (absent when the node has no live setting); the rendered `valkey.conf`
-//!   carries the same values, so a restarted pod starts with them;
+//!   carries the same values, so a restarted pod starts with them; a live key removed from
+//!   `spec.config` returns to Valkey's default (what a restarted pod would have);
 //! - the ACL file (users, passwords, permissions) loaded with `ACL LOAD` once the mounted
 //!   Secret shows the expected revision: `ACLApplied` (`PendingPropagation` until then).
 
@@ -20,6 +21,7 @@ use valkey_ops::client::NodePool;
 use valkey_ops::commands::{CommandError, acl_load, config_set};
 
 use crate::context::Shared;
+use crate::render::config::live_settings;
 use crate::status::EventSpec;
 
 /// What applying the live settings to one node gave.
@@ -109,6 +111,20 @@ pub async fn reconcile(
         let Some(want) = desired.iter().find(|d| d.name_any() == node.name_any()) else {
             continue;
         };
+        // Live keys set before: those of the spec as observed, and those recorded in status.
+        let mut previously: Vec<String> = node
+            .status
+            .as_ref()
+            .map(|s| s.live_config_keys.clone())
+            .unwrap_or_default();
+        previously.extend(
+            node.spec
+                .config
+                .live
+                .iter()
+                .flatten()
+                .map(|(k, _)| k.clone()),
+        );
         let mut node = node.clone();
         node.spec.config.live = want.spec.config.live.clone();
         node.spec.acl_hash = want.spec.acl_hash.clone();
@@ -118,14 +134,16 @@ pub async fn reconcile(
             .map(|m| m.addr.to_string());
         let addr = addr.as_deref();
 
-        let params: Vec<(&str, &str)> = want
+        // The user's live settings; a live key the user removed returns to Valkey's default.
+        let user_keys: Vec<&str> = want
             .spec
             .config
             .live
             .iter()
             .flatten()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .map(|(k, _)| k.as_str())
             .collect();
+        let params = live_settings(want.spec.config.live.as_ref(), &previously);
         let config = match addr {
             _ if params.is_empty() => Outcome::Applied,
             None => Outcome::Unobserved,
@@ -139,18 +157,42 @@ pub async fn reconcile(
                 Err(e) => Outcome::Failed(format!("CONFIG SET on {a}: {e}")),
             },
         };
-        let keys: Vec<&str> = params.iter().map(|(k, _)| *k).collect();
-        let applied = format!("live settings in effect: {}", keys.join(", "));
+        let applied = format!("live settings in effect: {}", user_keys.join(", "));
         let conditions = updated_conditions(
             &node,
             LIVE_CONFIG_APPLIED,
-            !params.is_empty(),
+            !user_keys.is_empty() || matches!(config, Outcome::Failed(_)),
             &config,
             &applied,
             now,
         );
-        if let Some(c) = conditions {
-            record(api, shared, &mut node, c, &config, LIVE_CONFIG_APPLY_FAILED).await;
+        // Once applied, the status records exactly the user's keys (a removed one is reset).
+        let recorded = node.status.as_ref().map(|s| s.live_config_keys.as_slice());
+        let keys: Vec<String> = user_keys.iter().map(|k| (*k).to_owned()).collect();
+        let keys = (config == Outcome::Applied
+            && recorded != Some(keys.as_slice())
+            && !(recorded.is_none() && keys.is_empty()))
+        .then_some(keys);
+        if conditions.is_some() || keys.is_some() {
+            let conditions = conditions.unwrap_or_else(|| {
+                node.status
+                    .as_ref()
+                    .map(|s| s.conditions.clone())
+                    .unwrap_or_default()
+            });
+            let update = Update {
+                conditions,
+                live_config_keys: keys,
+            };
+            record(
+                api,
+                shared,
+                &mut node,
+                update,
+                &config,
+                LIVE_CONFIG_APPLY_FAILED,
+            )
+            .await;
         }
 
         let acl = match (addr, want.spec.acl_hash.as_deref()) {
@@ -174,23 +216,37 @@ pub async fn reconcile(
         );
         let wanted = want.spec.acl_hash.is_some();
         if let Some(c) = updated_conditions(&node, ACL_APPLIED, wanted, &acl, &applied, now) {
-            record(api, shared, &mut node, c, &acl, LIVE_ACL_APPLY_FAILED).await;
+            let update = Update {
+                conditions: c,
+                live_config_keys: None,
+            };
+            record(api, shared, &mut node, update, &acl, LIVE_ACL_APPLY_FAILED).await;
         }
     }
     summary
 }
 
-/// Writes the node's conditions (a merge patch of the whole list) and, for a failure, the
-/// Warning event `failed_event`. `node` keeps the written conditions for the next update.
+/// A status update of a ValkeyNode: its whole condition list, and the live keys when they
+/// change.
+struct Update {
+    conditions: Vec<Condition>,
+    live_config_keys: Option<Vec<String>>,
+}
+
+/// Writes the node's conditions (a merge patch of the whole list) and live keys and, for a
+/// failure, the Warning event `failed_event`. `node` keeps what was written for the next update.
 async fn record(
     api: &Api<ValkeyNode>,
     shared: &Shared,
     node: &mut ValkeyNode,
-    conditions: Vec<Condition>,
+    update: Update,
     outcome: &Outcome,
     failed_event: &'static str,
 ) {
-    let patch = serde_json::json!({ "status": { "conditions": conditions } });
+    let mut patch = serde_json::json!({ "status": { "conditions": update.conditions } });
+    if let Some(keys) = &update.live_config_keys {
+        patch["status"]["liveConfigKeys"] = serde_json::json!(keys);
+    }
     if let Err(e) = api
         .patch_status(
             &node.name_any(),
@@ -202,7 +258,11 @@ async fn record(
         debug!(node = %node.name_any(), error = %e, "could not record a live-change condition");
         return;
     }
-    node.status.get_or_insert_with(Default::default).conditions = conditions;
+    let status = node.status.get_or_insert_with(Default::default);
+    status.conditions = update.conditions;
+    if let Some(keys) = update.live_config_keys {
+        status.live_config_keys = keys;
+    }
     if let Outcome::Failed(message) = outcome {
         warn!(node = %node.name_any(), %message, reason = failed_event, "live change not applied");
         let ev = EventSpec::warning(failed_event, "ApplyLive", message.clone());

@@ -286,6 +286,8 @@ pub fn compute_status(node: &ValkeyNode, observed: &Observed<'_>, now: &Time) ->
             .filter(|ip| !ip.is_empty()),
         applied_workload_revision: observed.applied_workload_revision.clone(),
         observed_generation: generation,
+        // Written by the cluster controller's live-settings pass.
+        live_config_keys: previous.live_config_keys.clone(),
         conditions,
     }
 }

@@ -37,6 +37,14 @@ pub const DATA_DIR: &str = "/data";
 pub const DEFAULT_CLUSTER_NODE_TIMEOUT_MS: u32 = 5000;
 /// Settings applied live with `CONFIG SET` (they do not roll the pods).
 pub const LIVE_KEYS: &[&str] = &["maxclients", "maxmemory", "maxmemory-policy"];
+/// Valkey's defaults of the [`LIVE_KEYS`] (the same on 7.2 to 9.x): what a running server
+/// returns to when the user removes the key, as a restarted one would (the rendered
+/// `valkey.conf` then has no such line).
+pub const LIVE_DEFAULTS: &[(&str, &str)] = &[
+    ("maxclients", "10000"),
+    ("maxmemory", "0"),
+    ("maxmemory-policy", "noeviction"),
+];
 
 /// Major version of the Valkey server in `image`, from its tag (`valkey/valkey:9.0.0` → 9,
 /// `…:8.1-alpine` → 8). An unknown tag (digest, `latest`, custom) is assumed to be ≥ 9, the
@@ -75,6 +83,27 @@ pub fn live_config(spec: &ValkeyClusterSpec) -> BTreeMap<String, String> {
         .filter(|(k, _)| is_live_key(k))
         .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
         .collect()
+}
+
+/// The live settings to put on a server: the user's (`live`, as in [`live_config`]), and
+/// Valkey's default ([`LIVE_DEFAULTS`]) for each key in `previously` (set by the operator
+/// before) that the user has removed since.
+pub fn live_settings<'a>(
+    live: Option<&'a BTreeMap<String, String>>,
+    previously: &[String],
+) -> Vec<(&'a str, &'a str)> {
+    let mut out: Vec<(&str, &str)> = live
+        .iter()
+        .flat_map(|l| l.iter())
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    for (k, default) in LIVE_DEFAULTS {
+        let removed = previously.iter().any(|p| p.eq_ignore_ascii_case(k));
+        if removed && !out.iter().any(|(have, _)| have == k) {
+            out.push((k, default));
+        }
+    }
+    out
 }
 
 fn config_line(key: &str, value: &str) -> String {
@@ -263,6 +292,25 @@ pub(crate) mod tests {
         let conf = render_valkey_conf(&s);
         assert!(!conf.contains("PORT 1"));
         assert!(!conf.contains("dir /tmp"));
+    }
+
+    #[test]
+    fn removed_live_settings_return_to_valkeys_defaults() {
+        let user = BTreeMap::from([("maxmemory".to_owned(), "2gb".to_owned())]);
+        let before = ["maxmemory".to_owned(), "maxclients".to_owned()];
+        assert_eq!(
+            live_settings(Some(&user), &before),
+            vec![("maxmemory", "2gb"), ("maxclients", "10000")]
+        );
+        assert_eq!(live_settings(Some(&user), &[]), vec![("maxmemory", "2gb")]);
+        assert_eq!(
+            live_settings(None, &["maxmemory-policy".to_owned()]),
+            vec![("maxmemory-policy", "noeviction")]
+        );
+        assert_eq!(
+            LIVE_KEYS.to_vec(),
+            LIVE_DEFAULTS.iter().map(|(k, _)| *k).collect::<Vec<_>>()
+        );
     }
 
     #[test]
