@@ -1,0 +1,193 @@
+//! Benchmark: what clients see when a primary changes, through the operator on localkube
+//! (needs root). A 3×1 cluster (`--image`, default Valkey 9.1) under a continuous writer with
+//! `--tags` hash-tag workers (`SET` + `WAIT 1`, every acknowledged write read back): per
+//! disruption, the longest time any tag went without a successful write (write gap) and
+//! without a replica-acknowledged one (durable gap), lost writes, and the time to Ready.
+//!
+//! - `floor`: a coordinated `CLUSTER FAILOVER` issued by hand on shard 0's replica, no pod
+//!   touched (the least a primary change costs a client);
+//! - `roll`: a rolling update of every pod (a pod-template change);
+//! - `delete`: a graceful delete of shard 0's primary pod;
+//! - `kill`: `SIGKILL` of shard 0's primary server process.
+//!
+//! ```sh
+//! cargo run --release -p e2e --example bench_failover -- [--image valkey/valkey:9.1.0] [--tags 12] [--rounds 1]
+//! ```
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use support::tagwriter::TagWriter;
+use support::*;
+use valkey_api::ValkeyCluster;
+use valkey_api::status::ClusterState;
+
+struct Args {
+    image: String,
+    tags: usize,
+    rounds: usize,
+}
+
+fn args() -> anyhow::Result<Args> {
+    let mut a = Args {
+        image: "valkey/valkey:9.1.0".into(),
+        tags: 12,
+        rounds: 1,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--image" => a.image = value,
+            "--tags" => a.tags = value.parse()?,
+            "--rounds" => a.rounds = value.parse()?,
+            _ => bail!("unknown flag {flag}"),
+        }
+    }
+    Ok(a)
+}
+
+const NAME: &str = "bfo";
+const PW: &str = "bench-app-pw";
+
+/// The pods of shard 0 as (primary, replica) in the live topology.
+async fn shard0(client: &Client) -> anyhow::Result<(String, String)> {
+    let (mut primary, mut replica) = (None, None);
+    for p in pods_of(client, NAME).await? {
+        let pod = p.metadata.name.clone().unwrap_or_default();
+        if !pod.starts_with(&format!("valkey-{NAME}-0-")) {
+            continue;
+        }
+        let ip = pod_ip(&p).context("pod ip")?;
+        match live_role(&ip, "app", PW).await?.as_str() {
+            "master" => primary = Some((pod, ip)),
+            _ => replica = Some((pod, ip)),
+        }
+    }
+    let ((p, _), (_, rip)) = primary
+        .zip(replica)
+        .context("shard 0 primary and replica")?;
+    Ok((p, rip))
+}
+
+/// Ready with the full, synced topology (as the status and every pod say).
+async fn ready(client: &Client, since: Instant) -> anyhow::Result<Duration> {
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    let op_pw = system_operator_password(client, NAME).await?;
+    loop {
+        let s = api.get(NAME).await?.status.unwrap_or_default();
+        if s.state == ClusterState::Ready
+            && check_topology_as(client, NAME, 3, 1, "_operator", &op_pw)
+                .await
+                .is_ok()
+        {
+            return Ok(since.elapsed());
+        }
+        ensure!(
+            since.elapsed() < Duration::from_secs(600),
+            "not Ready: {:?}",
+            s.message
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Runs `disrupt` under the writer, waits for Ready, reports.
+async fn measure<F, Fut>(client: &Client, a: &Args, what: &str, disrupt: F) -> anyhow::Result<()>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    ready(client, Instant::now()).await?;
+    let w = TagWriter::start(client, NAME, PW, what, a.tags, 1).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let t0 = Instant::now();
+    disrupt().await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let took = ready(client, t0).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let s = w.stop_and_check().await?;
+    println!(
+        "MEASURE bench_failover {what}: write gap {:.2}s, durable gap {:.2}s, {} acknowledged, {} lost, Ready after {:.1}s",
+        s.write_gap.as_secs_f64(),
+        s.durable_gap.as_secs_f64(),
+        s.acked,
+        s.lost,
+        took.as_secs_f64()
+    );
+    ensure!(s.lost == 0, "{what}: {} acknowledged writes lost", s.lost);
+    Ok(())
+}
+
+async fn bench(fx: &Fixture, a: &Args) -> anyhow::Result<()> {
+    let client = &fx.client;
+    create_user_secret(client, &format!("{NAME}-app"), PW).await?;
+    create_cluster_with(client, NAME, 3, 1, serde_json::json!({"image": a.image})).await?;
+    wait_ready(client, NAME, 3, Duration::from_secs(600)).await?;
+    let op_pw = system_operator_password(client, NAME).await?;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    for round in 0..a.rounds {
+        measure(client, a, "floor", || async {
+            let (_, replica_ip) = shard0(client).await?;
+            let mut c = node_conn(&replica_ip, "_operator", &op_pw).await?;
+            let () = redis::cmd("CLUSTER")
+                .arg("FAILOVER")
+                .query_async(&mut c)
+                .await?;
+            let started = Instant::now();
+            while live_role(&replica_ip, "app", PW).await? != "master" {
+                ensure!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "failover not done"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(())
+        })
+        .await?;
+        measure(client, a, "roll", || async {
+            let patch = serde_json::json!({"spec": {"resources": {"requests": {"cpu": format!("{}m", 10 + round)}}}});
+            api.patch(NAME, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            // The roll has started once the status leaves Ready.
+            let started = Instant::now();
+            while api.get(NAME).await?.status.unwrap_or_default().state == ClusterState::Ready {
+                ensure!(started.elapsed() < Duration::from_secs(60), "roll did not start");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok(())
+        })
+        .await?;
+        measure(client, a, "delete", || async {
+            let (primary, _) = shard0(client).await?;
+            Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS)
+                .delete(&primary, &DeleteParams::default())
+                .await?;
+            Ok(())
+        })
+        .await?;
+        measure(client, a, "kill", || async {
+            let (primary, _) = shard0(client).await?;
+            fx.faults()?.kill_container(NS, &primary, "server")?;
+            Ok(())
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 4)]
+async fn main() -> anyhow::Result<()> {
+    let a = args()?;
+    let Some(fx) = Fixture::start().await? else {
+        return Ok(());
+    };
+    let result = bench(&fx, &a).await;
+    fx.stop().await;
+    result
+}

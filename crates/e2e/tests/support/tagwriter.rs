@@ -1,0 +1,141 @@
+//! A continuous cluster-aware writer with one worker per hash tag, for measuring what clients
+//! see during a failover: each worker writes `{tN}:<i>` with `SET` + `WAIT <replicas>` (one
+//! pipeline, to the tag's primary) on the same cluster connection, and records its own longest
+//! time without a successful `SET` (the write gap) and without a replica-acknowledged one (the
+//! durable gap). A slow shard therefore does not inflate the gaps of the others.
+
+use std::time::{Duration, Instant};
+
+use anyhow::ensure;
+use kube::Client;
+use tokio::sync::watch;
+
+use super::cluster_client_builder;
+
+/// What one worker saw.
+#[derive(Clone, Debug, Default)]
+pub struct TagReport {
+    /// Indexes of the writes acknowledged by `replicas` replicas.
+    pub acked: Vec<usize>,
+    /// Longest time between two successful `SET`s.
+    pub write_gap: Duration,
+    /// Longest time between two replica-acknowledged writes.
+    pub durable_gap: Duration,
+}
+
+/// The writers' summary.
+#[derive(Clone, Debug, Default)]
+pub struct TagSummary {
+    /// Replica-acknowledged writes, all tags.
+    pub acked: usize,
+    /// Longest write gap of any tag.
+    pub write_gap: Duration,
+    /// Longest durable gap of any tag.
+    pub durable_gap: Duration,
+    /// Acknowledged writes that did not read back.
+    pub lost: usize,
+}
+
+/// The running workers.
+pub struct TagWriter {
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<TagReport>>,
+    conn: redis::cluster_async::ClusterConnection,
+    prefix: String,
+}
+
+/// The key of worker `tag`'s write `i`.
+fn key(prefix: &str, tag: usize, i: usize) -> String {
+    format!("{{{prefix}{tag}}}:{i}")
+}
+
+impl TagWriter {
+    /// Starts `tags` workers writing to cluster `name` as user `app`, keys `{<prefix>N}:<i>`,
+    /// each write confirmed with `WAIT <replicas> 500`.
+    pub async fn start(
+        client: &Client,
+        name: &str,
+        pw: &str,
+        prefix: &str,
+        tags: usize,
+        replicas: i64,
+    ) -> anyhow::Result<Self> {
+        let cc = cluster_client_builder(client, name, pw)
+            .await?
+            .retries(4)
+            .min_retry_wait(10)
+            .max_retry_wait(100)
+            .connection_timeout(Duration::from_millis(1000))
+            .response_timeout(Duration::from_millis(1500))
+            .build()?;
+        let conn = cc.get_async_connection().await?;
+        let (stop, rx) = watch::channel(false);
+        let tasks = (0..tags)
+            .map(|tag| {
+                let (mut c, rx, prefix) = (conn.clone(), rx.clone(), prefix.to_owned());
+                tokio::spawn(async move {
+                    let mut r = TagReport::default();
+                    let (mut last_write, mut last_durable) = (Instant::now(), Instant::now());
+                    let mut i = 0usize;
+                    while !*rx.borrow() {
+                        let res: redis::RedisResult<(i64,)> = redis::pipe()
+                            .cmd("SET")
+                            .arg(key(&prefix, tag, i))
+                            .arg(i)
+                            .ignore()
+                            .cmd("WAIT")
+                            .arg(replicas)
+                            .arg(500)
+                            .query_async(&mut c)
+                            .await;
+                        if let Ok((n,)) = res {
+                            r.write_gap = r.write_gap.max(last_write.elapsed());
+                            last_write = Instant::now();
+                            if n >= replicas {
+                                r.durable_gap = r.durable_gap.max(last_durable.elapsed());
+                                last_durable = Instant::now();
+                                r.acked.push(i);
+                            }
+                        } else {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                        i += 1;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    r.write_gap = r.write_gap.max(last_write.elapsed());
+                    r.durable_gap = r.durable_gap.max(last_durable.elapsed());
+                    r
+                })
+            })
+            .collect();
+        Ok(Self {
+            stop,
+            tasks,
+            conn,
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    /// Stops the workers and reads back every acknowledged write.
+    pub async fn stop_and_check(mut self) -> anyhow::Result<TagSummary> {
+        let _ = self.stop.send(true);
+        let mut out = TagSummary::default();
+        for (tag, task) in std::mem::take(&mut self.tasks).into_iter().enumerate() {
+            let r = task.await?;
+            out.write_gap = out.write_gap.max(r.write_gap);
+            out.durable_gap = out.durable_gap.max(r.durable_gap);
+            out.acked += r.acked.len();
+            for i in r.acked {
+                let v: Option<usize> = redis::cmd("GET")
+                    .arg(key(&self.prefix, tag, i))
+                    .query_async(&mut self.conn)
+                    .await?;
+                if v != Some(i) {
+                    out.lost += 1;
+                }
+            }
+        }
+        ensure!(out.acked > 0, "no write was acknowledged");
+        Ok(out)
+    }
+}
