@@ -11,7 +11,8 @@
 //! - `kill`: `SIGKILL` of shard 0's primary server process.
 //!
 //! ```sh
-//! cargo run --release -p e2e --example bench_failover -- [--image valkey/valkey:9.1.0] [--tags 12] [--rounds 1]
+//! cargo run --release -p e2e --example bench_failover -- [--image valkey/valkey:9.1.0] [--tags 12] \
+//!     [--rounds 1] [--phases floor,roll,delete,kill]
 //! ```
 
 #[path = "../tests/support/mod.rs"]
@@ -32,6 +33,7 @@ struct Args {
     image: String,
     tags: usize,
     rounds: usize,
+    phases: Vec<String>,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -39,6 +41,9 @@ fn args() -> anyhow::Result<Args> {
         image: "valkey/valkey:9.1.0".into(),
         tags: 12,
         rounds: 1,
+        phases: ["floor", "roll", "delete", "kill"]
+            .map(String::from)
+            .to_vec(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -47,6 +52,7 @@ fn args() -> anyhow::Result<Args> {
             "--image" => a.image = value,
             "--tags" => a.tags = value.parse()?,
             "--rounds" => a.rounds = value.parse()?,
+            "--phases" => a.phases = value.split(',').map(String::from).collect(),
             _ => bail!("unknown flag {flag}"),
         }
     }
@@ -98,12 +104,26 @@ async fn ready(client: &Client, since: Instant) -> anyhow::Result<Duration> {
     }
 }
 
+/// Prints how soon every slot takes writes from a client that starts afresh on each try (no
+/// stale slot map, no back-off): the server side of the gap, next to the long-running writer's.
+async fn fresh_client_writable(client: &Client, what: &str) -> anyhow::Result<()> {
+    let t = wait_writable(client, NAME, PW, Duration::from_secs(120)).await?;
+    println!(
+        "MEASURE bench_failover {what}: every slot writable by a fresh client after {:.2}s",
+        t.as_secs_f64()
+    );
+    Ok(())
+}
+
 /// Runs `disrupt` under the writer, waits for Ready, reports.
 async fn measure<F, Fut>(client: &Client, a: &Args, what: &str, disrupt: F) -> anyhow::Result<()>
 where
     F: FnOnce() -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
+    if !a.phases.iter().any(|p| p == what) {
+        return Ok(());
+    }
     ready(client, Instant::now()).await?;
     let w = TagWriter::start(client, NAME, PW, what, a.tags, 1).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -114,12 +134,13 @@ where
     tokio::time::sleep(Duration::from_secs(2)).await;
     let s = w.stop_and_check().await?;
     println!(
-        "MEASURE bench_failover {what}: write gap {:.2}s, durable gap {:.2}s, {} acknowledged, {} lost, Ready after {:.1}s",
+        "MEASURE bench_failover {what}: write gap {:.2}s, durable gap {:.2}s, {} acknowledged, {} lost, Ready after {:.1}s (longest gap: {})",
         s.write_gap.as_secs_f64(),
         s.durable_gap.as_secs_f64(),
         s.acked,
         s.lost,
-        took.as_secs_f64()
+        took.as_secs_f64(),
+        s.gap_cause
     );
     ensure!(s.lost == 0, "{what}: {} acknowledged writes lost", s.lost);
     Ok(())
@@ -168,13 +189,13 @@ async fn bench(fx: &Fixture, a: &Args) -> anyhow::Result<()> {
             Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS)
                 .delete(&primary, &DeleteParams::default())
                 .await?;
-            Ok(())
+            fresh_client_writable(client, "delete").await
         })
         .await?;
         measure(client, a, "kill", || async {
             let (primary, _) = shard0(client).await?;
             fx.faults()?.kill_container(NS, &primary, "server")?;
-            Ok(())
+            fresh_client_writable(client, "kill").await
         })
         .await?;
     }

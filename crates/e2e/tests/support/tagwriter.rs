@@ -21,6 +21,8 @@ pub struct TagReport {
     pub write_gap: Duration,
     /// Longest time between two replica-acknowledged writes.
     pub durable_gap: Duration,
+    /// The last error (or short `WAIT` reply) before the longest write gap ended.
+    pub gap_cause: String,
 }
 
 /// The writers' summary.
@@ -34,6 +36,8 @@ pub struct TagSummary {
     pub durable_gap: Duration,
     /// Acknowledged writes that did not read back.
     pub lost: usize,
+    /// The tag and cause of the longest write gap.
+    pub gap_cause: String,
 }
 
 /// The running workers.
@@ -65,8 +69,8 @@ impl TagWriter {
             .retries(4)
             .min_retry_wait(10)
             .max_retry_wait(100)
-            .connection_timeout(Duration::from_millis(1000))
-            .response_timeout(Duration::from_millis(1500))
+            .connection_timeout(Duration::from_millis(250))
+            .response_timeout(Duration::from_millis(800))
             .build()?;
         let conn = cc.get_async_connection().await?;
         let (stop, rx) = watch::channel(false);
@@ -77,6 +81,7 @@ impl TagWriter {
                     let mut r = TagReport::default();
                     let (mut last_write, mut last_durable) = (Instant::now(), Instant::now());
                     let mut i = 0usize;
+                    let mut cause = String::new();
                     while !*rx.borrow() {
                         let res: redis::RedisResult<(i64,)> = redis::pipe()
                             .cmd("SET")
@@ -89,14 +94,18 @@ impl TagWriter {
                             .query_async(&mut c)
                             .await;
                         if let Ok((n,)) = res {
-                            r.write_gap = r.write_gap.max(last_write.elapsed());
+                            if last_write.elapsed() > r.write_gap {
+                                r.write_gap = last_write.elapsed();
+                                r.gap_cause = std::mem::take(&mut cause);
+                            }
                             last_write = Instant::now();
                             if n >= replicas {
                                 r.durable_gap = r.durable_gap.max(last_durable.elapsed());
                                 last_durable = Instant::now();
                                 r.acked.push(i);
                             }
-                        } else {
+                        } else if let Err(e) = res {
+                            cause = e.to_string();
                             tokio::time::sleep(Duration::from_millis(10)).await;
                         }
                         i += 1;
@@ -122,7 +131,10 @@ impl TagWriter {
         let mut out = TagSummary::default();
         for (tag, task) in std::mem::take(&mut self.tasks).into_iter().enumerate() {
             let r = task.await?;
-            out.write_gap = out.write_gap.max(r.write_gap);
+            if r.write_gap > out.write_gap {
+                out.write_gap = r.write_gap;
+                out.gap_cause = format!("tag {tag}: {}", r.gap_cause);
+            }
             out.durable_gap = out.durable_gap.max(r.durable_gap);
             out.acked += r.acked.len();
             for i in r.acked {
