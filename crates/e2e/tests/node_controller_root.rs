@@ -48,7 +48,7 @@ where
 async fn apply_cluster_objects(client: &Client, vc: &ValkeyCluster) -> anyhow::Result<ValkeyNode> {
     let name = vc.name_any();
     let spec = &vc.spec;
-    let passwords = render::secrets::system_passwords(None);
+    let passwords = render::secrets::system_passwords(&[]);
     apply(
         client,
         &render::secrets::system_secret(&name, NS, &passwords, None),

@@ -34,7 +34,7 @@ async fn versions(client: &Client, name: &str) -> anyhow::Result<BTreeMap<String
         .get(&format!("valkey-{name}-config"))
         .await?;
     out.extend([rv("cm", cm.resource_version())]);
-    for s in ["system", "acl"] {
+    for s in ["system", "system-backup", "acl"] {
         let sec = Api::<Secret>::namespaced(client.clone(), NS)
             .get(&format!("valkey-{name}-{s}"))
             .await?;

@@ -44,7 +44,7 @@ async fn owned_versions(client: &Client, name: &str) -> anyhow::Result<Vec<(Stri
             .await?
             .metadata,
     ));
-    for s in ["system", "acl"] {
+    for s in ["system", "system-backup", "acl"] {
         out.push(rv(
             s.into(),
             &Api::<Secret>::namespaced(client.clone(), NS)

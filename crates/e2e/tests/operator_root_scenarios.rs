@@ -164,6 +164,46 @@ where
     }
 }
 
+/// Deletes the system Secret, then its backup: each comes back with the same passwords, and the
+/// operator's password still opens every server.
+async fn system_secret_survives_deletion(client: &Client, name: &str) -> anyhow::Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let before = system_operator_password(client, name).await?;
+    for which in ["system", "system-backup"] {
+        let secret = format!("valkey-{name}-{which}");
+        let original = secrets.get(&secret).await?;
+        secrets.delete(&secret, &Default::default()).await?;
+        let took = wait_settled(
+            &format!("{secret} restored"),
+            Duration::from_secs(60),
+            || async {
+                Ok(match secrets.get_opt(&secret).await? {
+                    Some(s) if s.metadata.uid != original.metadata.uid => Vec::new(),
+                    _ => vec![format!("{secret} not recreated")],
+                })
+            },
+        )
+        .await?;
+        let restored = secrets.get(&secret).await?;
+        ensure!(
+            restored.data == original.data,
+            "{secret} came back with other contents"
+        );
+        eprintln!(
+            "MEASURE {secret} deleted → restored with the same passwords: {:.1}s",
+            took.as_secs_f64()
+        );
+    }
+    ensure!(system_operator_password(client, name).await? == before);
+    let op_pw = before;
+    for p in pods_of(client, name).await? {
+        let ip = pod_ip(&p).context("pod ip")?;
+        node_conn(&ip, "_operator", &op_pw).await?;
+    }
+    wait_ready(client, name, 2, Duration::from_secs(60)).await?;
+    Ok(())
+}
+
 /// Waits until every pod's server has the `want` settings and every ValkeyNode reports
 /// `LiveConfigApplied`; returns how long that took.
 async fn wait_live_settings(
@@ -480,7 +520,11 @@ async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
     check_acked(&mut conn, 2_000, "b", "the primary pod delete").await?;
     drop(conn);
 
-    // 4. Live settings: maxmemory, maxmemory-policy and maxclients reach every server with
+    // 4. The system Secret deleted (then its backup): restored with the same passwords, so the
+    //    operator still reaches every server (the live changes below need it).
+    system_secret_survives_deletion(&client, name).await?;
+
+    // 5. Live settings: maxmemory, maxmemory-policy and maxclients reach every server with
     //    CONFIG SET; no pod is restarted or replaced; every ValkeyNode reports
     //    LiveConfigApplied=True.
     live_changes_applied_without_restart(&client, name).await?;

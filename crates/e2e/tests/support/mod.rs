@@ -742,7 +742,7 @@ pub async fn objects_left(client: &Client, name: &str) -> anyhow::Result<Vec<Str
     {
         left.push(n("ConfigMap", &o.metadata));
     }
-    for s in ["system", "acl"] {
+    for s in ["system", "system-backup", "acl"] {
         if let Some(o) = Api::<Secret>::namespaced(client.clone(), NS)
             .get_opt(&format!("valkey-{name}-{s}"))
             .await?

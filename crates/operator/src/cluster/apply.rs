@@ -270,11 +270,18 @@ pub async fn apply_all(
 ) -> ApplyReport {
     let mut report = ApplyReport::default();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let mut secret_children = vec![(
-        Child::SystemUsers,
-        &desired.system_secret,
-        &observed.system_secret,
-    )];
+    let mut secret_children = vec![
+        (
+            Child::SystemUsers,
+            &desired.system_secret,
+            &observed.system_secret,
+        ),
+        (
+            Child::SystemUsers,
+            &desired.system_backup_secret,
+            &observed.system_backup_secret,
+        ),
+    ];
     match &desired.acl {
         Ok((_, secret)) => secret_children.push((Child::UsersAcl, secret, &observed.acl_secret)),
         Err(e) => report.failure = Some(e.failure()),

@@ -35,6 +35,8 @@ impl BuildError {
 pub struct Desired {
     /// The system users Secret.
     pub system_secret: Secret,
+    /// Its backup.
+    pub system_backup_secret: Secret,
     /// The rendered ACL file and its Secret, unless a user's password could not be resolved.
     pub acl: Result<(AclFile, Secret), BuildError>,
     /// The headless Service.
@@ -68,6 +70,12 @@ pub fn build(vc: &ValkeyCluster, observed: &Observed) -> Desired {
     });
     Desired {
         system_secret: render::secrets::system_secret(
+            &name,
+            &ns,
+            &observed.passwords,
+            owner.clone(),
+        ),
+        system_backup_secret: render::secrets::system_backup_secret(
             &name,
             &ns,
             &observed.passwords,

@@ -46,6 +46,8 @@ pub fn reads_secret(spec: &valkey_api::ValkeyClusterSpec, name: &str) -> bool {
 pub struct Observed {
     /// The system users Secret.
     pub system_secret: Option<Secret>,
+    /// Its backup (the passwords a deleted system Secret is restored with).
+    pub system_backup_secret: Option<Secret>,
     /// The ACL Secret.
     pub acl_secret: Option<Secret>,
     /// The headless Service.
@@ -94,6 +96,7 @@ pub async fn observe(
         async move { secrets.get_opt(&n).await.map_err(read("a Secret")) }
     };
     let system_secret = get_secret(names::system_secret_name(&name)).await?;
+    let system_backup_secret = get_secret(names::system_backup_secret_name(&name)).await?;
     let acl_secret = get_secret(names::acl_secret_name(&name)).await?;
     let service = Api::<Service>::namespaced(client.clone(), &ns)
         .get_opt(&names::service_name(&name))
@@ -130,12 +133,14 @@ pub async fn observe(
         None => None,
     };
 
-    let passwords = render::secrets::system_passwords(system_secret.as_ref());
+    let passwords =
+        render::secrets::system_passwords(&[system_secret.as_ref(), system_backup_secret.as_ref()]);
     let pool = ctx.pool(key, &passwords.operator, tls_ca.as_deref());
     let topology = observe_topology(&pool, positions(&pods)).await;
     Ok(Observed {
         pod_ips: pod_ips(&pods),
         system_secret,
+        system_backup_secret,
         acl_secret,
         service,
         config_map,

@@ -22,6 +22,12 @@ pub fn system_secret_name(cluster: &str) -> String {
     format!("valkey-{cluster}-system")
 }
 
+/// Copy of the system users' passwords, from which a deleted system Secret is restored:
+/// `valkey-<cluster>-system-backup`.
+pub fn system_backup_secret_name(cluster: &str) -> String {
+    format!("valkey-{cluster}-system-backup")
+}
+
 /// Secret with the rendered ACL file: `valkey-<cluster>-acl`.
 pub fn acl_secret_name(cluster: &str) -> String {
     format!("valkey-{cluster}-acl")

@@ -1,7 +1,10 @@
 //! The system users' passwords and the two Secrets the operator owns (system, ACL).
 //!
-//! Passwords are generated once and then always read back from the observed Secret, so they
+//! Passwords are generated once and then always read back from the observed Secrets, so they
 //! are never rotated by accident (an operator restart, a re-render, a new operator version).
+//! A copy lives in a second Secret: when one of the two is deleted, it is restored from the
+//! other with the same passwords (new ones would lock the operator out of every running pod,
+//! whose servers still hold the old ACL).
 
 use std::collections::BTreeMap;
 
@@ -68,15 +71,18 @@ pub fn secret_string(secret: &Secret, key: &str) -> Option<String> {
     (!s.is_empty() && !s.chars().any(char::is_whitespace)).then(|| s.to_owned())
 }
 
-/// The system passwords: those present in the observed system Secret are kept, missing (or
-/// unusable) ones are generated with `generate`.
+/// The system passwords: each is taken from the first of the observed `sources` (the system
+/// Secret, then its backup) that holds a usable one; missing (or unusable) ones are generated
+/// with `generate`.
 pub fn system_passwords_with(
-    observed: Option<&Secret>,
+    sources: &[Option<&Secret>],
     mut generate: impl FnMut() -> String,
 ) -> SystemPasswords {
     let mut get = |key: &str| {
-        observed
-            .and_then(|s| secret_string(s, key))
+        sources
+            .iter()
+            .flatten()
+            .find_map(|s| secret_string(s, key))
             .unwrap_or_else(&mut generate)
     };
     SystemPasswords {
@@ -87,8 +93,8 @@ pub fn system_passwords_with(
 }
 
 /// [`system_passwords_with`] using [`generate_password`].
-pub fn system_passwords(observed: Option<&Secret>) -> SystemPasswords {
-    system_passwords_with(observed, generate_password)
+pub fn system_passwords(sources: &[Option<&Secret>]) -> SystemPasswords {
+    system_passwords_with(sources, generate_password)
 }
 
 fn meta(name: String, cluster: &str, namespace: &str, owner: Option<OwnerReference>) -> ObjectMeta {
@@ -136,6 +142,22 @@ pub fn system_secret(
     }
 }
 
+/// The backup of the system passwords, `valkey-<cluster>-system-backup` (the three passwords,
+/// nothing a pod mounts).
+pub fn system_backup_secret(
+    cluster: &str,
+    namespace: &str,
+    passwords: &SystemPasswords,
+    owner: Option<OwnerReference>,
+) -> Secret {
+    let mut secret = system_secret(cluster, namespace, passwords, owner);
+    secret.metadata.name = Some(names::system_backup_secret_name(cluster));
+    if let Some(data) = secret.data.as_mut() {
+        data.remove(REPLICATION_CONF_KEY);
+    }
+    secret
+}
+
 /// The ACL Secret `valkey-<cluster>-acl` holding the rendered ACL file (hashed passwords only).
 pub fn acl_secret(
     cluster: &str,
@@ -160,7 +182,7 @@ mod tests {
 
     #[test]
     fn generated_passwords_are_long_and_distinct() {
-        let p = system_passwords(None);
+        let p = system_passwords(&[None, None]);
         assert_eq!(p.operator.len(), PASSWORD_LENGTH);
         assert!(p.operator.chars().all(|c| c.is_ascii_alphanumeric()));
         assert_ne!(p.operator, p.replication);
@@ -170,10 +192,33 @@ mod tests {
 
     #[test]
     fn existing_passwords_are_kept() {
-        let first = system_passwords(None);
+        let first = system_passwords(&[]);
         let secret = system_secret("c", "ns", &first, None);
-        let again = system_passwords_with(Some(&secret), || panic!("must not generate"));
+        let again = system_passwords_with(&[Some(&secret), None], || panic!("must not generate"));
         assert_eq!(first, again);
+    }
+
+    #[test]
+    fn a_deleted_system_secret_is_restored_from_its_backup_and_back() {
+        let first = system_passwords(&[]);
+        let backup = system_backup_secret("c", "ns", &first, None);
+        assert_eq!(
+            backup.metadata.name.as_deref(),
+            Some("valkey-c-system-backup")
+        );
+        assert!(
+            !backup
+                .data
+                .as_ref()
+                .unwrap()
+                .contains_key(REPLICATION_CONF_KEY)
+        );
+        let restored =
+            system_passwords_with(&[None, Some(&backup)], || panic!("must not generate"));
+        assert_eq!(restored, first);
+        let system = system_secret("c", "ns", &first, None);
+        let again = system_passwords_with(&[Some(&system), None], || panic!("must not generate"));
+        assert_eq!(again, first);
     }
 
     #[test]
@@ -191,7 +236,7 @@ mod tests {
         let data = secret.data.as_mut().unwrap();
         data.remove(EXPORTER_PASSWORD_KEY);
         data.insert(REPLICATION_PASSWORD_KEY.into(), ByteString(vec![]));
-        let p = system_passwords_with(Some(&secret), || "new".into());
+        let p = system_passwords_with(&[Some(&secret)], || "new".into());
         assert_eq!(p.operator, "op");
         assert_eq!(p.replication, "new");
         assert_eq!(p.exporter, "new");
