@@ -62,24 +62,15 @@ fn args() -> anyhow::Result<Args> {
 const NAME: &str = "bfo";
 const PW: &str = "bench-app-pw";
 
-/// The pods of shard 0 as (primary, replica) in the live topology.
+/// Shard 0's primary pod and its replica's IP, in the live topology.
 async fn shard0(client: &Client) -> anyhow::Result<(String, String)> {
-    let (mut primary, mut replica) = (None, None);
-    for p in pods_of(client, NAME).await? {
-        let pod = p.metadata.name.clone().unwrap_or_default();
-        if !pod.starts_with(&format!("valkey-{NAME}-0-")) {
-            continue;
-        }
-        let ip = pod_ip(&p).context("pod ip")?;
-        match live_role(&ip, "app", PW).await?.as_str() {
-            "master" => primary = Some((pod, ip)),
-            _ => replica = Some((pod, ip)),
-        }
-    }
-    let ((p, _), (_, rip)) = primary
+    let pods = shard_roles(client, NAME, 0, PW).await?;
+    let primary = pods.iter().find(|(_, _, r)| r == "master");
+    let replica = pods.iter().find(|(_, _, r)| r != "master");
+    let ((p, _, _), (_, rip, _)) = primary
         .zip(replica)
         .context("shard 0 primary and replica")?;
-    Ok((p, rip))
+    Ok((p.clone(), rip.clone()))
 }
 
 /// Ready with the full, synced topology (as the status and every pod say).

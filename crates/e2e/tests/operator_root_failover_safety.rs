@@ -25,17 +25,12 @@ async fn live_primary_of_shard0(
     name: &str,
     pw: &str,
 ) -> anyhow::Result<String> {
-    for p in pods_of(client, name).await? {
-        let pod = p.metadata.name.clone().unwrap_or_default();
-        if !pod.starts_with(&format!("valkey-{name}-0-")) {
-            continue;
-        }
-        let ip = pod_ip(&p).context("pod ip")?;
-        if live_role(&ip, "app", pw).await? == "master" {
-            return Ok(pod);
-        }
-    }
-    anyhow::bail!("shard 0 has no live primary")
+    shard_roles(client, name, 0, pw)
+        .await?
+        .into_iter()
+        .find(|(_, _, role)| role == "master")
+        .map(|(pod, _, _)| pod)
+        .context("shard 0 has no live primary")
 }
 
 /// Cuts shard 0's current primary off, waits until Valkey promotes its replica while the

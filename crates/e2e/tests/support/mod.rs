@@ -698,6 +698,27 @@ pub async fn live_role(ip: &str, user: &str, pw: &str) -> anyhow::Result<String>
         .with_context(|| format!("{ip}: no role in INFO replication"))
 }
 
+/// The pods of shard `shard` of cluster `name` as (pod name, pod IP, live role), the role from
+/// each server's `INFO replication` as user `app` (`master` or `slave`), never from names.
+pub async fn shard_roles(
+    client: &Client,
+    name: &str,
+    shard: i32,
+    pw: &str,
+) -> anyhow::Result<Vec<(String, String, String)>> {
+    let prefix = format!("valkey-{name}-{shard}-");
+    let mut out = Vec::new();
+    for p in pods_of(client, name).await? {
+        let pod = p.metadata.name.clone().unwrap_or_default();
+        if pod.starts_with(&prefix) {
+            let ip = pod_ip(&p).context("pod ip")?;
+            let role = live_role(&ip, "app", pw).await?;
+            out.push((pod, ip, role));
+        }
+    }
+    Ok(out)
+}
+
 /// Kinds and names of the objects of cluster `name` that still exist: its ValkeyNodes,
 /// StatefulSets, Deployments and pods (by label), Service, ConfigMap, Secrets and
 /// PodDisruptionBudget (by name). Empty once all are gone. PersistentVolumeClaims are not

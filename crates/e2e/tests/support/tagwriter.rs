@@ -10,7 +10,7 @@ use anyhow::ensure;
 use kube::Client;
 use tokio::sync::watch;
 
-use super::cluster_client_builder;
+use super::writer_client;
 
 /// What one worker saw.
 #[derive(Clone, Debug, Default)]
@@ -64,15 +64,7 @@ impl TagWriter {
         tags: usize,
         replicas: i64,
     ) -> anyhow::Result<Self> {
-        let cc = cluster_client_builder(client, name, pw)
-            .await?
-            .retries(4)
-            .min_retry_wait(10)
-            .max_retry_wait(100)
-            .connection_timeout(Duration::from_millis(250))
-            .response_timeout(Duration::from_millis(800))
-            .build()?;
-        let conn = cc.get_async_connection().await?;
+        let conn = writer_client(client, name, pw).await?;
         let (stop, rx) = watch::channel(false);
         let tasks = (0..tags)
             .map(|tag| {

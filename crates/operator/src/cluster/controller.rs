@@ -327,10 +327,6 @@ fn facts(
                 Balance::NoRoom { reason, .. } => Some(reason.clone()),
                 _ => None,
             },
-            failover_stuck: plan
-                .failover_waits
-                .iter()
-                .find_map(|w| w.stuck_message(failover_timing(vc))),
             ..plan.facts.clone()
         },
         progress,

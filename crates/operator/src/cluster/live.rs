@@ -167,12 +167,12 @@ pub async fn reconcile(
             now,
         );
         // Once applied, the status records exactly the user's keys (a removed one is reset).
-        let recorded = node.status.as_ref().map(|s| s.live_config_keys.as_slice());
-        let keys: Vec<String> = user_keys.iter().map(|k| (*k).to_owned()).collect();
-        let keys = (config == Outcome::Applied
-            && recorded != Some(keys.as_slice())
-            && !(recorded.is_none() && keys.is_empty()))
-        .then_some(keys);
+        let recorded = node
+            .status
+            .as_ref()
+            .map_or(&[][..], |s| &s.live_config_keys);
+        let keys = (config == Outcome::Applied && recorded.iter().ne(&user_keys))
+            .then(|| user_keys.iter().map(|k| (*k).to_owned()).collect());
         if conditions.is_some() || keys.is_some() {
             let conditions = conditions.unwrap_or_else(|| {
                 node.status

@@ -25,7 +25,7 @@ use valkey_api::status::ShardStatus;
 use valkey_ops::commands::FailoverMode;
 use valkey_ops::{Layout, SlotRange, Topology};
 
-pub use failover::{FailoverTiming, FailoverWait};
+pub use failover::FailoverTiming;
 pub use rebalance::{Balance, KEY_MIGRATION_BATCH_SLOTS, REBALANCE_BATCH_SLOTS};
 pub use topology::next_step;
 
@@ -202,14 +202,12 @@ pub struct Plan {
     pub balance: Balance,
     /// ValkeyNodes outside the layout still to be removed.
     pub surplus_nodes: usize,
-    /// Shards without a writer that the operator does not fail over, and why.
-    pub failover_waits: Vec<FailoverWait>,
 }
 
 /// Plans one pass.
 pub fn plan(input: &Input<'_>) -> Plan {
     let within = input.topology.within(input.layout);
-    let (facts, shards) = analyze(input.layout, &within);
+    let (mut facts, shards) = analyze(input.layout, &within);
     let layout_nodes: Vec<ValkeyNode> = input
         .nodes
         .iter()
@@ -218,9 +216,15 @@ pub fn plan(input: &Input<'_>) -> Plan {
         .collect();
     let balance = rebalance::balance(input.layout, input.topology);
     let surplus_nodes = input.nodes.len() - layout_nodes.len();
-    let failover_waits =
-        failover::failover_decision(input.layout, &within, Some(input.pod_ips), input.timing).waits;
-    let step = next_step(input.layout, &within, Some(input.pod_ips), input.timing)
+    let failover =
+        failover::failover_decision(input.layout, &within, Some(input.pod_ips), input.timing);
+    facts.failover_stuck = failover
+        .waits
+        .iter()
+        .find_map(|w| w.stuck_message(input.timing));
+    let step = failover
+        .step
+        .or_else(|| topology::topology_step(input.layout, &within, Some(input.pod_ips)))
         .or_else(|| removal::surplus(input.layout, input.topology, input.nodes))
         .or_else(|| rebalance::open_slots_step(input.layout, input.topology))
         .or_else(|| rebalance::rebalance_step(input.layout, input.topology))
@@ -256,6 +260,5 @@ pub fn plan(input: &Input<'_>) -> Plan {
         roll_progress: roll::progress(&layout_nodes),
         balance,
         surplus_nodes,
-        failover_waits,
     }
 }

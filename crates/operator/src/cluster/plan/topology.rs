@@ -24,12 +24,19 @@ pub fn next_step(
     pod_ips: Option<&BTreeSet<IpAddr>>,
     timing: FailoverTiming,
 ) -> Option<Step> {
-    let seed = topology.seed()?;
+    // A shard without a writer that Valkey cannot fail over by itself comes first.
+    failover_step(layout, topology, pod_ips, timing)
+        .or_else(|| topology_step(layout, topology, pod_ips))
+}
 
-    // 0. A shard without a writer that Valkey cannot fail over by itself comes first.
-    if let Some(step) = failover_step(layout, topology, pod_ips, timing) {
-        return Some(step);
-    }
+/// The step of [`next_step`] after the failover: MEET, re-MEET, slot assignment, replica
+/// attachment or forgetting a departed node.
+pub(super) fn topology_step(
+    layout: Layout,
+    topology: &Topology,
+    pod_ips: Option<&BTreeSet<IpAddr>>,
+) -> Option<Step> {
+    let seed = topology.seed()?;
 
     // 1. MEET nodes the seed does not know.
     let unknown: Vec<_> = topology.unjoined().map(|m| m.addr).collect();
