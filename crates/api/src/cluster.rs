@@ -15,7 +15,7 @@ use crate::exporter::ExporterSpec;
 use crate::networking::NetworkingSpec;
 use crate::persistence::PersistenceSpec;
 use crate::scheduling::SchedulingSpec;
-use crate::status::{ClusterState, OperationStatus, ShardStatus};
+use crate::status::{AcceptedConfig, ClusterState, OperationStatus, RejectedConfig, ShardStatus};
 use crate::users::{self, UserSpec};
 
 /// Maximum length of a ValkeyCluster name (pod, StatefulSet and Service names derive from it).
@@ -203,6 +203,16 @@ pub struct ValkeyClusterStatus {
     /// failover), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<OperationStatus>,
+
+    /// The image and `config` last accepted by a dry run of that image's server; the pods
+    /// run these while a newer `spec.image` or `spec.config` is checked or refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_config: Option<AcceptedConfig>,
+
+    /// The `spec.image` and `spec.config` the dry run refused, and why (see the
+    /// ConfigurationWarning condition, reason InvalidConfig).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected_config: Option<RejectedConfig>,
 }
 
 impl ValkeyClusterSpec {

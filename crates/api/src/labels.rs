@@ -36,3 +36,7 @@ pub const CLUSTER_FIELD_MANAGER: &str = "valkey-operator/cluster";
 pub const NODE_FIELD_MANAGER: &str = "valkey-operator/node";
 /// Field manager used when installing CRDs.
 pub const CRD_FIELD_MANAGER: &str = "valkey-operator/crd";
+/// Value of `app.kubernetes.io/component` on the pods that dry-run a cluster's configuration.
+pub const COMPONENT_CONFIG_CHECK: &str = "config-check";
+/// Label of a config-check pod: the fingerprint of the image and settings it checks.
+pub const CONFIG_FINGERPRINT: &str = "valkey.io/config-fingerprint";

@@ -1,5 +1,7 @@
 //! Status types shared by the ValkeyCluster and ValkeyNode resources.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -34,6 +36,8 @@ pub mod reason {
     pub const SYSTEM_USERS_ACL_ERROR: &str = "SystemUsersACLError";
     /// Ready=False: a ValkeyNode could not be applied.
     pub const VALKEY_NODE_ERROR: &str = "ValkeyNodeError";
+    /// Ready=False: the pod that dry-runs a new `spec.config` could not be created or deleted.
+    pub const CONFIG_CHECK_ERROR: &str = "ConfigCheckError";
     /// Ready=False: the PodDisruptionBudget could not be applied.
     pub const PDB_ERROR: &str = "PodDisruptionBudgetError";
     /// Ready=False / Progressing=True: generic work in progress.
@@ -66,6 +70,12 @@ pub mod reason {
     pub const SLOTS_UNASSIGNED: &str = "SlotsUnassigned";
     /// ConfigurationWarning=True.
     pub const GRACE_PERIOD_TOO_SHORT: &str = "GracePeriodTooShort";
+    /// ConfigurationWarning=True: the Valkey server of `spec.image` refuses `spec.config`; the
+    /// pods keep the last accepted image and settings.
+    pub const INVALID_CONFIG: &str = "InvalidConfig";
+    /// ConfigurationWarning=True: a ValkeyNode's claim cannot grow to `persistence.size` (its
+    /// StorageClass does not allow volume expansion, or the resize failed for good).
+    pub const RESIZE_INFEASIBLE: &str = "ResizeInfeasible";
 }
 
 /// Event reasons (see the status contract): on the ValkeyCluster unless noted.
@@ -142,6 +152,10 @@ pub mod event {
     pub const POD_UNSCHEDULABLE: &str = "PodUnschedulable";
     /// The explicit grace period is below the recommended minimum (Warning).
     pub const GRACE_PERIOD_TOO_SHORT: &str = "GracePeriodTooShort";
+    /// `spec.config` or `spec.image` is refused by the server's dry run (Warning).
+    pub const INVALID_CONFIG: &str = "InvalidConfig";
+    /// A ValkeyNode's claim cannot grow to the requested size (Warning).
+    pub const RESIZE_INFEASIBLE: &str = "ResizeInfeasible";
     /// On a ValkeyNode: a pod template change was written to its workload.
     pub const WORKLOAD_ROLL_APPLIED: &str = "WorkloadRollApplied";
     /// On a ValkeyNode: a pod template change waits for the cluster controller.
@@ -210,6 +224,30 @@ pub enum ClusterState {
     Degraded,
     /// Not serving and not progressing.
     Failed,
+}
+
+/// The image and settings a server dry run accepted: the pods are rendered from these while a
+/// newer `spec.image` or `spec.config` is being checked or was refused.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AcceptedConfig {
+    /// Fingerprint of the image and the rendered `spec.config` lines.
+    pub fingerprint: String,
+    /// The accepted `spec.image`.
+    pub image: String,
+    /// The accepted `spec.config`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<BTreeMap<String, String>>,
+}
+
+/// A `spec.image` + `spec.config` that the server's dry run refused.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectedConfig {
+    /// Fingerprint of the image and the rendered `spec.config` lines.
+    pub fingerprint: String,
+    /// What the server said (the refused line and why).
+    pub message: String,
 }
 
 /// Observed state of one shard.

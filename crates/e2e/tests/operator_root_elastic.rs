@@ -20,20 +20,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use support::*;
 use valkey_api::{ValkeyCluster, ValkeyNode};
-
-async fn patch_spec(client: &Client, name: &str, spec: serde_json::Value) -> anyhow::Result<()> {
-    Api::<ValkeyCluster>::namespaced(client.clone(), NS)
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "spec": spec })),
-        )
-        .await?;
-    Ok(())
-}
 
 /// Waits until every pod's view shows exactly `want` (slot count, replica count) per primary
 /// (highest first), with `pods` pods and `pods` ValkeyNodes.

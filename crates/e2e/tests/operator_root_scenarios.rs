@@ -20,7 +20,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
@@ -93,29 +92,6 @@ async fn wait_recovered(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-/// Pod name → (uid, server restart count) of cluster `name`.
-async fn pod_identities(
-    client: &Client,
-    name: &str,
-) -> anyhow::Result<BTreeMap<String, (String, i32)>> {
-    Ok(pods_of(client, name)
-        .await?
-        .iter()
-        .map(|p| {
-            let restarts = p
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .and_then(|cs| cs.iter().find(|c| c.name == "server"))
-                .map_or(0, |c| c.restart_count);
-            (
-                p.metadata.name.clone().unwrap_or_default(),
-                (p.metadata.uid.clone().unwrap_or_default(), restarts),
-            )
-        })
-        .collect())
 }
 
 /// ValkeyNodes of cluster `name` whose condition `type_` is not True.

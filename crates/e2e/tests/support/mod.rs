@@ -196,6 +196,88 @@ pub async fn create_cluster_with(
     Ok(())
 }
 
+/// Pod name → (uid, server restart count) of cluster `name`.
+pub async fn pod_identities(
+    client: &Client,
+    name: &str,
+) -> anyhow::Result<std::collections::BTreeMap<String, (String, i32)>> {
+    Ok(pods_of(client, name)
+        .await?
+        .iter()
+        .map(|p| {
+            let restarts = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.name == "server"))
+                .map_or(0, |c| c.restart_count);
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                (p.metadata.uid.clone().unwrap_or_default(), restarts),
+            )
+        })
+        .collect())
+}
+
+/// Merge-patches `spec` into the ValkeyCluster `name` (a key set to `null` is removed).
+pub async fn patch_spec(
+    client: &Client,
+    name: &str,
+    spec: serde_json::Value,
+) -> anyhow::Result<()> {
+    Api::<ValkeyCluster>::namespaced(client.clone(), NS)
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({ "spec": spec })),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Polls the ValkeyCluster `name` every 250 ms until `done` holds for its current generation;
+/// returns it.
+pub async fn wait_cluster(
+    client: &Client,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&ValkeyCluster) -> bool,
+) -> anyhow::Result<ValkeyCluster> {
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + timeout;
+    loop {
+        let vc = api.get(name).await?;
+        let current = vc
+            .status
+            .as_ref()
+            .is_some_and(|s| s.observed_generation == vc.metadata.generation);
+        if current && done(&vc) {
+            return Ok(vc);
+        }
+        if Instant::now() > deadline {
+            let s = vc.status.as_ref();
+            bail!(
+                "{name}: {what} not seen within {timeout:?}: state {:?} {:?} {:?}",
+                s.map(|s| s.state),
+                s.and_then(|s| s.reason.clone()),
+                s.and_then(|s| s.message.clone())
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The ValkeyCluster's condition `type_` when it is True: (reason, message).
+pub fn condition_true(vc: &ValkeyCluster, type_: &str) -> Option<(String, String)> {
+    vc.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .map(|c| (c.reason.clone(), c.message.clone()))
+}
+
 /// Seconds since this test process first asked: one clock for every log line, so a writer's
 /// gap can be matched with the status it happened in.
 pub fn clock() -> f64 {
@@ -406,10 +488,15 @@ pub struct Operator {
 
 impl Operator {
     /// Starts both controllers against `client`. With `RUST_LOG` set, the operator's logs go
-    /// to stderr as text.
+    /// to stderr as text (see [`valkey_operator::telemetry::lines_logged`] for the count).
     pub fn start(client: &Client) -> Self {
+        // Always a subscriber, so the lines a cluster logs are counted; printed only with
+        // RUST_LOG set.
+        let text = valkey_operator::telemetry::LogFormat::Text;
         if std::env::var_os("RUST_LOG").is_some() {
-            valkey_operator::telemetry::init(valkey_operator::telemetry::LogFormat::Text);
+            valkey_operator::telemetry::init(text);
+        } else {
+            valkey_operator::telemetry::init_to(text, std::io::sink);
         }
         let metrics = Arc::new(valkey_operator::metrics::Metrics::new());
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);

@@ -351,6 +351,7 @@ async fn run_once(
     if let Some(parent) = spec.log_path.parent() {
         let _ = std::fs::create_dir_all(parent);
     }
+    let log_path = spec.log_path.clone();
     let running = match spawn(&spec) {
         Ok(r) => r,
         Err(e) => {
@@ -413,7 +414,8 @@ async fn run_once(
             termination_grace(&pod, None),
         )
         .await;
-        record_exit(sup, status, &started_at, &container_id, &state_dir);
+        let message = fallback_message(&c, &status, &log_path);
+        record_exit(sup, status, &started_at, &container_id, &state_dir, message);
         return Outcome::Exited(status);
     }
 
@@ -450,7 +452,8 @@ async fn run_once(
         }
     };
     drop(probe_task);
-    record_exit(sup, status, &started_at, &container_id, &state_dir);
+    let message = fallback_message(&c, &status, &log_path);
+    record_exit(sup, status, &started_at, &container_id, &state_dir, message);
     if stopped {
         Outcome::Stopped
     } else {
@@ -464,6 +467,7 @@ fn record_exit(
     started_at: &Time,
     container_id: &str,
     state_dir: &std::path::Path,
+    message: Option<String>,
 ) {
     sup.update(|s| {
         s.state = terminated_state(
@@ -473,6 +477,9 @@ fn record_exit(
             Some(container_id.to_string()),
             None,
         );
+        if let Some(t) = s.state.terminated.as_mut() {
+            t.message = message;
+        }
         s.running = None;
         s.ready = false;
         s.started = false;
@@ -481,6 +488,35 @@ fn record_exit(
     tokio::task::spawn_blocking(move || {
         let _ = std::fs::remove_dir_all(dir);
     });
+}
+
+/// Most a termination message taken from the log holds, as on a kubelet: 80 lines, 2048 bytes.
+const LOG_MESSAGE_LINES: usize = 80;
+const LOG_MESSAGE_BYTES: usize = 2048;
+
+/// The termination message of a container that exited with an error under
+/// `terminationMessagePolicy: FallbackToLogsOnError`: the end of its log. (localkube has no
+/// `terminationMessagePath` file, so the file is always empty and the log is used.)
+fn fallback_message(c: &Container, status: &ExitStatus, log: &std::path::Path) -> Option<String> {
+    if c.termination_message_policy.as_deref() != Some("FallbackToLogsOnError")
+        || status.exit_code() == 0
+    {
+        return None;
+    }
+    let bytes = std::fs::read(log).ok()?;
+    Some(log_tail(&bytes)).filter(|m| !m.is_empty())
+}
+
+/// The last [`LOG_MESSAGE_LINES`] lines of `log`, cut to its last [`LOG_MESSAGE_BYTES`] bytes.
+fn log_tail(log: &[u8]) -> String {
+    let text = String::from_utf8_lossy(log);
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(LOG_MESSAGE_LINES)..].join("\n");
+    let mut start = tail.len().saturating_sub(LOG_MESSAGE_BYTES);
+    while !tail.is_char_boundary(start) {
+        start += 1;
+    }
+    tail[start..].to_owned()
 }
 
 /// Records the `CrashLoopBackOff` waiting state (and event) before a delayed restart.
@@ -687,4 +723,24 @@ async fn probe_loop(
         }
     };
     tokio::join!(readiness, liveness);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_tail_keeps_the_last_80_lines_and_2048_bytes() {
+        let log: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        let tail = log_tail(log.as_bytes());
+        assert!(tail.starts_with("line 20\n"));
+        assert!(tail.ends_with("line 99"));
+        let long = format!("{}\nend", "x".repeat(5000));
+        let tail = log_tail(long.as_bytes());
+        assert_eq!(tail.len(), 2048);
+        assert!(tail.ends_with("x\nend"));
+        // Never cut inside a character.
+        let wide = "é".repeat(2000);
+        assert!(log_tail(wide.as_bytes()).len() <= 2048);
+    }
 }

@@ -33,7 +33,7 @@
 //! and limits are reported to the downward API but not enforced, no
 //! OOMKilled); no PID or user namespaces and `securityContext`
 //! (runAsUser, fsGroup, capabilities) is ignored — containers run as root;
-//! no `terminationMessagePath`; HTTPS and gRPC probes are reported as
+//! no `terminationMessagePath` file (`FallbackToLogsOnError` uses the log tail); HTTPS and gRPC probes are reported as
 //! failures; no image pulls (images resolve through the image table);
 //! ephemeral containers, in-place resize, static pods, eviction under
 //! pressure and volume types other than emptyDir, hostPath, configMap,

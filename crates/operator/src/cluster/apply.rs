@@ -6,7 +6,7 @@
 
 use std::fmt::Debug;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
@@ -166,8 +166,9 @@ impl Child {
             Child::PodDisruptionBudget => {
                 (Some(event::PDB_CREATED), Some(event::PDB_UPDATED), None)
             }
-            // ValkeyNodes are counted and reported once per pass (see `ApplyReport`).
-            Child::UsersAcl | Child::ValkeyNode => (None, None, None),
+            // ValkeyNodes are counted and reported once per pass (see `ApplyReport`); the
+            // config check reports its verdict in the status.
+            Child::UsersAcl | Child::ValkeyNode | Child::ConfigCheck => (None, None, None),
         };
         Events {
             created,
@@ -181,7 +182,7 @@ impl Child {
         match self {
             Child::SystemUsers | Child::UsersAcl | Child::ConfigMap => &["data"],
             Child::ValkeyNode => &["spec"],
-            Child::Service | Child::PodDisruptionBudget => &[],
+            Child::Service | Child::PodDisruptionBudget | Child::ConfigCheck => &[],
         }
     }
 }
@@ -260,7 +261,7 @@ impl ApplyReport {
 }
 
 /// Applies every child of `desired` in the namespace `ns` (in order: Secrets, Service,
-/// ConfigMap, PodDisruptionBudget, ValkeyNodes), and deletes the PodDisruptionBudget when it is
+/// ConfigMap, PodDisruptionBudget, config-check pods, ValkeyNodes), and deletes the PodDisruptionBudget when it is
 /// no longer desired. Failures are reported, not returned: the pass goes on.
 pub async fn apply_all(
     client: &Client,
@@ -322,6 +323,15 @@ pub async fn apply_all(
             report.deleted(child, &name, r);
         }
         (None, None) => {}
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    if let Some(pod) = &desired.check_pod {
+        let r = apply_now(&pods, pod).await.map(|()| Applied::Created);
+        report.record(Child::ConfigCheck, &pod.name_any(), r);
+    }
+    for name in &desired.finished_checks {
+        let r = delete(&pods, name).await;
+        report.deleted(Child::ConfigCheck, name, r);
     }
     let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), ns);
     for node in &desired.nodes {

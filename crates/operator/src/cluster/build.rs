@@ -2,11 +2,12 @@
 //! the pass observed (the system passwords in effect, the users' password Secrets, each
 //! ValkeyNode's current workload revision).
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use valkey_api::{ValkeyCluster, ValkeyNode};
 
+use super::config_gate::Gate;
 use super::observe::Observed;
 use crate::render;
 use crate::render::acl::{AclError, AclFile, render_acl_file, resolve_user_passwords};
@@ -45,16 +46,27 @@ pub struct Desired {
     pub config_map: ConfigMap,
     /// The PodDisruptionBudget, `None` when disabled (an existing one is deleted).
     pub pdb: Option<PodDisruptionBudget>,
-    /// A ValkeyNode per position of the layout, with its current workload revision.
+    /// A ValkeyNode per position of the layout, with its current workload revision (none
+    /// while no configuration was ever accepted, see [`super::config_gate`]).
     pub nodes: Vec<ValkeyNode>,
+    /// The config-check pod to create, if one is needed.
+    pub check_pod: Option<Pod>,
+    /// Config-check pods to delete.
+    pub finished_checks: Vec<String>,
 }
 
-/// Builds every object of `vc` from what was observed.
-pub fn build(vc: &ValkeyCluster, observed: &Observed) -> Desired {
+/// Builds every object of `vc` from what was observed; the pods' image and settings are those
+/// the config gate lets through.
+pub fn build(vc: &ValkeyCluster, observed: &Observed, gate: &Gate) -> Desired {
     let name = vc.name_any();
     let ns = vc.namespace().unwrap_or_default();
-    let spec = &vc.spec;
     let owner = render::owner_reference(vc);
+    let check_pod = gate
+        .create
+        .then(|| render::config_check::check_pod(&name, &ns, &vc.spec, owner.clone()));
+    let effective = gate.effective_cluster(vc);
+    let vc = effective.as_ref();
+    let spec = &vc.spec;
     let acl = resolve_user_passwords(spec, &observed.user_secrets)
         .map(|users| {
             let file = render_acl_file(spec, &observed.passwords, &users);
@@ -65,9 +77,13 @@ pub fn build(vc: &ValkeyCluster, observed: &Observed) -> Desired {
     let acl_revision = acl.as_ref().ok().map(|(f, _)| f.revision.as_str());
     // Each node keeps the workload revision it has: a pending pod-template change is
     // authorized by planning, not here.
-    let nodes = valkey_nodes(vc, acl_revision, owner.clone(), |n| {
-        observed.node(n)?.spec.workload_revision.clone()
-    });
+    let nodes = if gate.effective.is_some() {
+        valkey_nodes(vc, acl_revision, owner.clone(), |n| {
+            observed.node(n)?.spec.workload_revision.clone()
+        })
+    } else {
+        Vec::new()
+    };
     Desired {
         system_secret: render::secrets::system_secret(
             &name,
@@ -86,5 +102,7 @@ pub fn build(vc: &ValkeyCluster, observed: &Observed) -> Desired {
         pdb: render::pdb::pod_disruption_budget(&name, &ns, spec, owner),
         nodes,
         acl,
+        check_pod,
+        finished_checks: gate.delete.clone(),
     }
 }

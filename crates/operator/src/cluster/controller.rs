@@ -22,6 +22,7 @@ use valkey_ops::client::{ClientConfig, NodePool};
 use super::act::{self, Actor};
 use super::apply::{self, ApplyReport};
 use super::build;
+use super::config_gate;
 use super::live;
 use super::observe::{self, ObserveError, Observed};
 use super::plan::{self, Balance, FailoverTiming, Plan};
@@ -100,8 +101,9 @@ pub async fn reconcile(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Acti
 }
 
 /// observe → build → apply → plan → act → report.
-#[instrument(skip_all, fields(cluster = %format!("{}/{}", vc.namespace().unwrap_or_default(), vc.name_any())))]
-async fn pass(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
+#[instrument(skip_all, fields(cluster = %format!("{}/{}", requested.namespace().unwrap_or_default(), requested.name_any())))]
+async fn pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
+    let vc = requested;
     let ns = vc.namespace().ok_or(Error::NoNamespace)?;
     let key = format!("{ns}/{}", vc.name_any());
     if vc.meta().deletion_timestamp.is_some() {
@@ -113,7 +115,11 @@ async fn pass(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
     let nodes_api: Api<ValkeyNode> = Api::namespaced(client.clone(), &ns);
 
     let observed = observe::observe(ctx, vc, &key).await?;
-    let desired = build::build(vc, &observed);
+    let gate = config_gate::gate(vc, &observed.check_pods, !observed.nodes.is_empty());
+    let desired = build::build(vc, &observed, &gate);
+    // From here on the cluster is seen with the image and settings the gate let through.
+    let effective = gate.effective_cluster(vc);
+    let vc = effective.as_ref();
     let applied = apply::apply_all(client, &ns, &desired, &observed).await;
     let plan = plan::plan(&plan::Input {
         layout: layout(vc),
@@ -165,21 +171,29 @@ async fn pass(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
     .await;
 
     report::record_roles(&nodes_api, &observed.nodes, &observed.topology).await;
-    let progress = progress(&plan, &applied, outcome.progress.clone(), &live);
+    let progress = progress(&plan, &applied, outcome.progress.clone(), &live).or_else(|| {
+        gate.checking(&requested.spec)
+            .map(|m| Progress::new(Activity::Reconciling, m))
+    });
     let mut events = applied.events;
     events.extend(outcome.events);
     report::report(
         ctx,
-        vc,
+        requested,
         Report {
-            facts: facts(
-                vc,
-                &observed,
-                &plan,
-                applied.failure,
-                progress,
-                outcome.failure,
-            ),
+            facts: Facts {
+                invalid_config: gate.warning(&requested.spec),
+                ..facts(
+                    vc,
+                    &observed,
+                    &plan,
+                    applied.failure,
+                    progress,
+                    outcome.failure,
+                )
+            },
+            accepted_config: gate.accepted.clone(),
+            rejected_config: gate.rejected.clone(),
             shards: plan.shards,
             step: plan.step.as_ref(),
             balance: &plan.balance,
@@ -298,6 +312,8 @@ fn facts(
         ));
     }
     Facts {
+        resize_infeasible: resize_infeasible(&observed.nodes),
+        invalid_config: None,
         desired_shards: layout(vc).shards,
         apply_error,
         unschedulable: observed
@@ -334,7 +350,30 @@ fn facts(
     }
 }
 
-fn error_policy(_vc: Arc<ValkeyCluster>, err: &Error, _ctx: Arc<Context>) -> Action {
+/// The ValkeyNodes whose claim cannot grow (their `PersistentVolumeClaimSizeReady` condition,
+/// reason `PersistentVolumeClaimResizeInfeasible`): the cluster's warning message.
+fn resize_infeasible(nodes: &[ValkeyNode]) -> Option<String> {
+    use valkey_api::status::{node_condition, node_reason};
+    let stuck: Vec<(String, String)> = nodes
+        .iter()
+        .filter_map(|n| {
+            let c = n.status.as_ref()?.conditions.iter().find(|c| {
+                c.type_ == node_condition::PVC_SIZE_READY
+                    && c.reason == node_reason::PVC_RESIZE_INFEASIBLE
+            })?;
+            Some((n.name_any(), c.message.clone()))
+        })
+        .collect();
+    let (first, why) = stuck.first()?;
+    Some(format!(
+        "{} ValkeyNode claims cannot grow (first, {first}: {why}); use a StorageClass with allowVolumeExpansion or set spec.persistence.size back",
+        stuck.len()
+    ))
+}
+
+fn error_policy(vc: Arc<ValkeyCluster>, err: &Error, _ctx: Arc<Context>) -> Action {
+    let cluster = format!("{}/{}", vc.namespace().unwrap_or_default(), vc.name_any());
+    let _span = tracing::info_span!("retry", cluster = %cluster).entered();
     warn!(error = %err, "reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }
@@ -358,6 +397,15 @@ pub async fn run(
         .owns(
             Api::<PodDisruptionBudget>::all(client.clone()),
             managed.clone(),
+        )
+        // A config-check pod finished: act on its verdict now.
+        .owns(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default().labels(&format!(
+                "{}={}",
+                labels::APP_COMPONENT,
+                labels::COMPONENT_CONFIG_CHECK
+            )),
         )
         // A user's password Secret or the TLS Secret changed: reconcile the clusters that
         // read it now, not at the next requeue.

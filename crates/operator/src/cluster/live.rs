@@ -13,6 +13,7 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use tracing::{debug, info, warn};
 use valkey_api::ValkeyNode;
+use valkey_api::labels::CLUSTER_FIELD_MANAGER;
 use valkey_api::status::event::{LIVE_ACL_APPLY_FAILED, LIVE_CONFIG_APPLY_FAILED};
 use valkey_api::status::node_condition::{ACL_APPLIED, LIVE_CONFIG_APPLIED};
 use valkey_api::status::node_reason::{APPLIED, APPLY_FAILED, PENDING_PROPAGATION};
@@ -233,8 +234,13 @@ struct Update {
     live_config_keys: Option<Vec<String>>,
 }
 
-/// Writes the node's conditions (a merge patch of the whole list) and live keys and, for a
-/// failure, the Warning event `failed_event`. `node` keeps what was written for the next update.
+/// Condition types of a ValkeyNode this pass owns (the node controller owns the others).
+const OWNED_CONDITIONS: [&str; 2] = [LIVE_CONFIG_APPLIED, ACL_APPLIED];
+
+/// Writes the node's live-change conditions and live keys (server-side apply of the status with
+/// the cluster controller's field manager: the conditions list is a map keyed by type, so the
+/// node controller's conditions are never overwritten) and, for a failure, the Warning event
+/// `failed_event`. `node` keeps what was written for the next update.
 async fn record(
     api: &Api<ValkeyNode>,
     shared: &Shared,
@@ -243,15 +249,28 @@ async fn record(
     outcome: &Outcome,
     failed_event: &'static str,
 ) {
-    let mut patch = serde_json::json!({ "status": { "conditions": update.conditions } });
-    if let Some(keys) = &update.live_config_keys {
-        patch["status"]["liveConfigKeys"] = serde_json::json!(keys);
-    }
+    let mine: Vec<&Condition> = update
+        .conditions
+        .iter()
+        .filter(|c| OWNED_CONDITIONS.contains(&c.type_.as_str()))
+        .collect();
+    // Applied every time: a field this manager leaves out of an apply is removed.
+    let keys = update.live_config_keys.clone().unwrap_or_else(|| {
+        node.status
+            .as_ref()
+            .map(|s| s.live_config_keys.clone())
+            .unwrap_or_default()
+    });
+    let patch = serde_json::json!({
+        "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyNode",
+        "metadata": { "name": node.name_any() },
+        "status": { "conditions": mine, "liveConfigKeys": keys },
+    });
     if let Err(e) = api
         .patch_status(
             &node.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
+            &PatchParams::apply(CLUSTER_FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
         )
         .await
     {

@@ -2,7 +2,8 @@
 //!
 //! 1. **observe** ([`observe`]): the children from the API server and every pod's live view
 //!    (the topology model) → one [`observe::Observed`] value;
-//! 2. **build** ([`build`], pure): every object the controller writes;
+//! 2. **build** ([`build`], pure): every object the controller writes, with the image and
+//!    settings the config gate ([`config_gate`], pure) lets through;
 //! 3. **apply** ([`apply`]): server-side apply of the children that differ;
 //! 4. **plan** ([`plan`], pure): the one risky step of the pass (topology, removal of surplus
 //!    nodes, rolling update) and the topology facts;
@@ -12,6 +13,7 @@
 pub mod act;
 pub mod apply;
 pub mod build;
+pub mod config_gate;
 pub mod controller;
 pub mod live;
 pub mod observe;

@@ -60,6 +60,8 @@ pub struct Observed {
     pub nodes: Vec<ValkeyNode>,
     /// The cluster's pods.
     pub pods: Vec<Pod>,
+    /// The cluster's config-check pods (see [`crate::render::config_check`]).
+    pub check_pods: Vec<Pod>,
     /// Secrets referenced by `spec.users[].passwordSecret` that exist, by name.
     pub user_secrets: BTreeMap<String, Secret>,
     /// The system passwords in effect (those of the system Secret, or new ones).
@@ -120,6 +122,11 @@ pub async fn observe(
         .await
         .map_err(read("pods"))?
         .items;
+    let check_pods = Api::<Pod>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&render::config_check::selector(&name)))
+        .await
+        .map_err(read("config-check pods"))?
+        .items;
     let mut user_secrets = BTreeMap::new();
     for s in render::acl::referenced_secrets(&vc.spec) {
         if let Some(sec) = get_secret(s.clone()).await? {
@@ -147,6 +154,7 @@ pub async fn observe(
         pdb,
         nodes,
         pods,
+        check_pods,
         user_secrets,
         passwords,
         tls_ca,

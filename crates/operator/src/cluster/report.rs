@@ -45,6 +45,10 @@ pub struct Report<'a> {
     pub events: Vec<EventSpec>,
     /// When the pass ran.
     pub now: Time,
+    /// `status.acceptedConfig` (see [`super::config_gate`]).
+    pub accepted_config: Option<valkey_api::status::AcceptedConfig>,
+    /// `status.rejectedConfig`.
+    pub rejected_config: Option<valkey_api::status::RejectedConfig>,
 }
 
 /// The live role of a member for `ValkeyNode.status.role` (`primary` or `replica`), `None`
@@ -125,6 +129,8 @@ pub async fn report(
         },
         vc.status.as_ref().and_then(|s| s.operation.as_ref()),
     );
+    new_status.accepted_config = r.accepted_config.take();
+    new_status.rejected_config = r.rejected_config.take();
     ctx.shared
         .metrics
         .set_cluster_state(&ns, &name, new_status.state);
@@ -133,9 +139,15 @@ pub async fn report(
     if status::changed(vc.status.as_ref(), &new_status) {
         let api: Api<ValkeyCluster> = Api::namespaced(ctx.shared.client.clone(), &ns);
         let mut patch = serde_json::json!({ "status": new_status });
-        if new_status.operation.is_none() {
-            // A merge patch keeps fields it does not name: clear the finished operation.
-            patch["status"]["operation"] = serde_json::Value::Null;
+        // A merge patch keeps fields it does not name: clear those that are gone.
+        for (field, gone) in [
+            ("operation", new_status.operation.is_none()),
+            ("acceptedConfig", new_status.accepted_config.is_none()),
+            ("rejectedConfig", new_status.rejected_config.is_none()),
+        ] {
+            if gone {
+                patch["status"][field] = serde_json::Value::Null;
+            }
         }
         match api
             .patch_status(

@@ -26,12 +26,12 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, info, instrument, warn};
 use valkey_api::labels::{self, NODE_FIELD_MANAGER};
 use valkey_api::persistence::ReclaimPolicy;
-use valkey_api::status::event::{WORKLOAD_ROLL_APPLIED, WORKLOAD_ROLL_DEFERRED};
+use valkey_api::status::event::{RESIZE_INFEASIBLE, WORKLOAD_ROLL_APPLIED, WORKLOAD_ROLL_DEFERRED};
 use valkey_api::status::node_condition::WORKLOAD_ROLL_PENDING;
 use valkey_api::{ValkeyNode, ValkeyNodeStatus};
 
 use super::plan::{ObservedWorkload, WorkloadAction, pvc_request, workload_action};
-use super::status::{Observed, compute_status};
+use super::status::{OWNED_CONDITIONS, Observed, compute_status};
 use crate::context::Shared;
 use crate::metrics::Metrics;
 use crate::render::containers::MergeError;
@@ -131,6 +131,12 @@ pub async fn run(
 }
 
 fn error_policy(node: Arc<ValkeyNode>, err: &NodeError, _: Arc<Ctx>) -> Action {
+    let cluster = format!(
+        "{}/{}",
+        node.namespace().unwrap_or_default(),
+        node.spec.cluster_name
+    );
+    let _span = tracing::info_span!("retry", cluster = %cluster).entered();
     warn!(node = %node.name_any(), error = %err, "ValkeyNode reconcile failed; retrying");
     Action::requeue(Duration::from_secs(10))
 }
@@ -247,7 +253,7 @@ async fn reconcile_workload<K: WorkloadKind>(
     }
 }
 
-#[instrument(skip_all, fields(node = %format!("{}/{}", node.namespace().unwrap_or_default(), node.name_any())))]
+#[instrument(skip_all, fields(cluster = %format!("{}/{}", node.namespace().unwrap_or_default(), node.spec.cluster_name), node = %node.name_any()))]
 async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError> {
     let ns = node.namespace().ok_or(NodeError::NoNamespace)?;
     let name = node.name_any();
@@ -284,6 +290,7 @@ async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError>
 
     // Claim: create, or grow.
     let mut observed_pvc = None;
+    let mut resize_refused = None;
     if let Some(p) = &node.spec.persistence {
         let pvc_name = names::pvc_name(&name);
         let current = pvcs.get_opt(&pvc_name).await?;
@@ -298,8 +305,21 @@ async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError>
         if let Some(size) = pvc_request(current_request.as_deref(), &p.size)
             && let Some(claim) = pvc(&node, Some(&size))
         {
-            info!(node = %name, pvc = %pvc_name, size = %size, "applying PersistentVolumeClaim");
-            observed_pvc = Some(pvcs.patch(&pvc_name, &apply, &Patch::Apply(&claim)).await?);
+            match pvcs.patch(&pvc_name, &apply, &Patch::Apply(&claim)).await {
+                Ok(written) => {
+                    info!(node = %name, pvc = %pvc_name, size = %size, "applied PersistentVolumeClaim");
+                    observed_pvc = Some(written);
+                }
+                // The API server refuses the growth (a StorageClass without
+                // allowVolumeExpansion, a static volume): reported, and the rest of the node
+                // is still reconciled.
+                Err(kube::Error::Api(e))
+                    if current_request.is_some() && (e.code == 403 || e.code == 422) =>
+                {
+                    resize_refused = Some(e.message);
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
     }
 
@@ -347,6 +367,7 @@ async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError>
         deployment: deploy.as_ref(),
         pod,
         pvc: observed_pvc.as_ref(),
+        resize_refused: resize_refused.clone(),
         roll_pending,
         // The revision the workload now carries is the applied one.
         applied_workload_revision: sts
@@ -379,6 +400,23 @@ async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError>
     }
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let status = compute_status(&node, &observed, &now);
+    // Reported once: the cached node may not show the status the previous pass wrote yet, so
+    // the refusal is compared with the stored status.
+    if let Some(why) = &resize_refused
+        && !size_infeasible(node.status.as_ref())
+        && !size_infeasible(nodes.get_status(&name).await?.status.as_ref())
+    {
+        warn!(node = %name, error = %why, "the claim cannot grow");
+        ctx.publish(
+            &node.object_ref(&()),
+            &[EventSpec::warning(
+                RESIZE_INFEASIBLE,
+                "Resize",
+                format!("{} cannot grow: {why}", names::pvc_name(&name)),
+            )],
+        )
+        .await;
+    }
     if node.status.as_ref() != Some(&status) {
         patch_status(&nodes, &name, &status).await?;
         debug!(node = %name, ready = status.ready, "patched ValkeyNode status");
@@ -390,7 +428,20 @@ async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError>
     })
 }
 
-/// Merge-patches the status without `role` (written by the ValkeyCluster controller).
+/// Whether `status` already reports the claim's growth as infeasible.
+fn size_infeasible(status: Option<&ValkeyNodeStatus>) -> bool {
+    status.is_some_and(|s| {
+        s.conditions.iter().any(|c| {
+            c.type_ == valkey_api::status::node_condition::PVC_SIZE_READY
+                && c.reason == valkey_api::status::node_reason::PVC_RESIZE_INFEASIBLE
+        })
+    })
+}
+
+/// Applies the status this controller owns (server-side apply with [`NODE_FIELD_MANAGER`]):
+/// not `role`, `liveConfigKeys` or the live-change conditions, which the ValkeyCluster
+/// controller writes. The conditions list is a map keyed by type, so neither writer overwrites
+/// the other's conditions; a field left out (an absent `podName`) is removed.
 async fn patch_status(
     api: &Api<ValkeyNode>,
     name: &str,
@@ -399,15 +450,24 @@ async fn patch_status(
     let mut value = serde_json::to_value(status)?;
     if let Some(obj) = value.as_object_mut() {
         obj.remove("role");
-        // Absent optional fields must be cleared explicitly in a merge patch.
-        for k in ["podName", "podIP"] {
-            obj.entry(k).or_insert(serde_json::Value::Null);
+        obj.remove("liveConfigKeys");
+        if let Some(serde_json::Value::Array(conds)) = obj.get_mut("conditions") {
+            conds.retain(|c| {
+                c.get("type")
+                    .and_then(serde_json::Value::as_str)
+                    .is_some_and(|t| OWNED_CONDITIONS.contains(&t))
+            });
         }
     }
+    let body = serde_json::json!({
+        "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyNode",
+        "metadata": { "name": name },
+        "status": value,
+    });
     api.patch_status(
         name,
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({ "status": value })),
+        &PatchParams::apply(NODE_FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
     )
     .await?;
     Ok(())

@@ -27,11 +27,22 @@ pub struct Observed<'a> {
     pub pod: Option<&'a Pod>,
     /// Its claim, if any.
     pub pvc: Option<&'a PersistentVolumeClaim>,
+    /// Why the API server refused to grow the claim, when it did.
+    pub resize_refused: Option<String>,
     /// A template change is deferred until the workload revision is bumped.
     pub roll_pending: bool,
     /// Workload revision the workload carries (its `valkey.io/workload-revision` annotation).
     pub applied_workload_revision: Option<String>,
 }
+
+/// Condition types the node controller writes (the ValkeyCluster controller writes the
+/// live-change ones).
+pub const OWNED_CONDITIONS: [&str; 4] = [
+    condition::READY,
+    condition::PVC_READY,
+    condition::PVC_SIZE_READY,
+    condition::WORKLOAD_ROLL_PENDING,
+];
 
 /// Whether a single-replica StatefulSet has rolled out its current spec.
 pub fn statefulset_rolled_out(sts: &StatefulSet) -> bool {
@@ -213,6 +224,15 @@ pub fn compute_status(node: &ValkeyNode, observed: &Observed<'_>, now: &Time) ->
             );
         }
         let (ok, why, msg) = match observed.pvc {
+            Some(_) if pvc_bound && observed.resize_refused.is_some() => (
+                false,
+                reason::PVC_RESIZE_INFEASIBLE,
+                format!(
+                    "{pvc_name} cannot grow to {}: {}",
+                    persistence.size,
+                    observed.resize_refused.as_deref().unwrap_or_default()
+                ),
+            ),
             Some(pvc) if pvc_bound => pvc_resize_state(pvc, &persistence.size),
             _ => (
                 false,
@@ -260,16 +280,10 @@ pub fn compute_status(node: &ValkeyNode, observed: &Observed<'_>, now: &Time) ->
                 .to_owned(),
         );
     }
-    let owned = [
-        condition::READY,
-        condition::PVC_READY,
-        condition::PVC_SIZE_READY,
-        condition::WORKLOAD_ROLL_PENDING,
-    ];
     let mut conditions: Vec<Condition> = previous
         .conditions
         .iter()
-        .filter(|c| !owned.contains(&c.type_.as_str()))
+        .filter(|c| !OWNED_CONDITIONS.contains(&c.type_.as_str()))
         .cloned()
         .collect();
     conditions.extend(conds.out);

@@ -114,22 +114,25 @@ fn config_line(key: &str, value: &str) -> String {
     }
 }
 
+/// The `spec.config` lines of `valkey.conf` (operator-owned keys dropped; live keys only with
+/// `include_live`), each ending in a newline; empty without user settings.
+pub fn user_lines(spec: &ValkeyClusterSpec, include_live: bool) -> String {
+    spec.config
+        .iter()
+        .flatten()
+        .filter(|(k, _)| !is_owned(k) && (include_live || !is_live_key(k)))
+        .map(|(k, v)| config_line(k, v) + "\n")
+        .collect()
+}
+
 /// Renders `valkey.conf`. With `include_live` false the live-settable keys are left out (used
 /// for the restart hash, so changing them does not roll the pods).
 fn render(spec: &ValkeyClusterSpec, include_live: bool) -> String {
     let mut out = String::from("# Rendered by valkey-operator. Do not edit.\n");
-    let user = spec.config.iter().flatten();
-    let mut any_user = false;
-    for (k, v) in user {
-        if is_owned(k) || (!include_live && is_live_key(k)) {
-            continue;
-        }
-        if !any_user {
-            out.push_str("\n# spec.config\n");
-            any_user = true;
-        }
-        out.push_str(&config_line(k, v));
-        out.push('\n');
+    let user = user_lines(spec, include_live);
+    if !user.is_empty() {
+        out.push_str("\n# spec.config\n");
+        out.push_str(&user);
     }
     out.push_str("\n# Operator-owned settings (last, so they win)\n");
     let mut lines: Vec<String> = Vec::new();

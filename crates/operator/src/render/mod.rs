@@ -6,6 +6,7 @@
 
 pub mod acl;
 pub mod config;
+pub mod config_check;
 pub mod containers;
 pub mod names;
 pub mod pdb;

@@ -102,6 +102,8 @@ pub enum Child {
     ValkeyNode,
     /// The PodDisruptionBudget.
     PodDisruptionBudget,
+    /// The config-check pod.
+    ConfigCheck,
 }
 
 /// A child object that could not be built or applied.
@@ -131,6 +133,7 @@ impl ChildFailure {
             Child::SystemUsers => reason::SYSTEM_USERS_ACL_ERROR,
             Child::ValkeyNode => reason::VALKEY_NODE_ERROR,
             Child::PodDisruptionBudget => reason::PDB_ERROR,
+            Child::ConfigCheck => reason::CONFIG_CHECK_ERROR,
         }
     }
 }
@@ -188,6 +191,10 @@ pub struct Facts {
     pub unschedulable: Option<String>,
     /// Explicit grace period below the recommended minimum: the warning message.
     pub grace_period_warning: Option<String>,
+    /// `spec.config`/`spec.image` refused by the server's dry run: the warning message.
+    pub invalid_config: Option<String>,
+    /// Claims that cannot grow to `persistence.size`: the warning message.
+    pub resize_infeasible: Option<String>,
     /// The live topology.
     pub topology: TopologyFacts,
     /// Work the operator did or is waiting for.
@@ -318,6 +325,10 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
         Cond::yes(condition::DEGRADED, e.reason(), e.message.clone())
     } else if let Some(msg) = &t.drain_no_room {
         Cond::yes(condition::DEGRADED, reason::REBALANCE_FAILED, msg.clone())
+    } else if let Some(msg) = &f.invalid_config {
+        Cond::yes(condition::DEGRADED, reason::INVALID_CONFIG, msg.clone())
+    } else if let Some(msg) = &f.resize_infeasible {
+        Cond::yes(condition::DEGRADED, reason::RESIZE_INFEASIBLE, msg.clone())
     } else {
         Cond::no(
             condition::DEGRADED,
@@ -351,11 +362,21 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
     };
 
     let mut out = vec![ready, progressing, degraded, formed, slots];
-    if let Some(msg) = &f.grace_period_warning {
+    // One ConfigurationWarning: the most serious warning's reason, every warning's message.
+    let warnings: Vec<(&'static str, &String)> = [
+        (reason::INVALID_CONFIG, &f.invalid_config),
+        (reason::RESIZE_INFEASIBLE, &f.resize_infeasible),
+        (reason::GRACE_PERIOD_TOO_SHORT, &f.grace_period_warning),
+    ]
+    .into_iter()
+    .filter_map(|(r, m)| Some((r, m.as_ref()?)))
+    .collect();
+    if let Some((first, _)) = warnings.first() {
+        let messages: Vec<&str> = warnings.iter().map(|(_, m)| m.as_str()).collect();
         out.push(Cond::yes(
             condition::CONFIGURATION_WARNING,
-            reason::GRACE_PERIOD_TOO_SHORT,
-            msg.clone(),
+            first,
+            messages.join("; "),
         ));
     }
     out

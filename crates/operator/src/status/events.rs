@@ -48,7 +48,8 @@ fn entered(old: &[Condition], new: &[Condition], type_: &str) -> bool {
 }
 
 /// Events for the transitions between the previous and the new status: `ClusterReady` when
-/// Ready turns True, `GracePeriodTooShort` when ConfigurationWarning turns True,
+/// Ready turns True, `InvalidConfig`, `ResizeInfeasible` or `GracePeriodTooShort` when
+/// ConfigurationWarning turns True or its message changes,
 /// `PodUnschedulable` when the cluster becomes Degraded for that reason, `DrainFailed` when a
 /// drain is held back for lack of memory, `FailoverFailed` when a shard's failover is stuck (see
 /// [`FAILOVER_STUCK`]), and
@@ -68,15 +69,18 @@ pub fn transition_events(
             find(nc, condition::READY).map_or_else(String::new, |c| c.message.clone()),
         ));
     }
-    if entered(oc, nc, condition::CONFIGURATION_WARNING)
-        && let Some(c) = find(nc, condition::CONFIGURATION_WARNING)
-        && c.reason == reason::GRACE_PERIOD_TOO_SHORT
+    // A configuration warning is an event when it appears or says something new.
+    if let Some(c) = find(nc, condition::CONFIGURATION_WARNING).filter(|c| c.status == "True")
+        && !find(oc, condition::CONFIGURATION_WARNING)
+            .is_some_and(|o| o.status == "True" && o.reason == c.reason && o.message == c.message)
     {
-        out.push(EventSpec::warning(
-            event::GRACE_PERIOD_TOO_SHORT,
-            "Validate",
-            c.message.clone(),
-        ));
+        let r = match c.reason.as_str() {
+            reason::INVALID_CONFIG => Some(event::INVALID_CONFIG),
+            reason::RESIZE_INFEASIBLE => Some(event::RESIZE_INFEASIBLE),
+            reason::GRACE_PERIOD_TOO_SHORT => Some(event::GRACE_PERIOD_TOO_SHORT),
+            _ => None,
+        };
+        out.extend(r.map(|r| EventSpec::warning(r, "Validate", c.message.clone())));
     }
     if let Some(c) = find(nc, condition::DEGRADED).filter(|c| c.status == "True")
         && c.reason == reason::REBALANCE_FAILED
