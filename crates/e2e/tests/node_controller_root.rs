@@ -20,6 +20,7 @@ use anyhow::{bail, ensure};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
+use support::scrape;
 use valkey_api::{ValkeyCluster, ValkeyNode};
 use valkey_operator::render::{self, valkeynode::NodeInputs};
 
@@ -261,19 +262,4 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     let _ = stop_tx.send(());
     controller.await??;
     Ok(())
-}
-
-/// `GET /metrics` from the exporter on `ip:9121` (plain HTTP/1.0).
-async fn scrape(ip: &str) -> anyhow::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut conn = tokio::time::timeout(
-        Duration::from_secs(3),
-        tokio::net::TcpStream::connect((ip, 9121)),
-    )
-    .await??;
-    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .await?;
-    let mut body = String::new();
-    tokio::time::timeout(Duration::from_secs(5), conn.read_to_string(&mut body)).await??;
-    Ok(body)
 }

@@ -14,6 +14,12 @@ pub struct TlsFiles {
 impl TlsFiles {
     /// A new CA and a server certificate for [`TLS_SERVER_NAME`].
     pub fn generate() -> Self {
+        Self::generate_for(&[TLS_SERVER_NAME])
+    }
+
+    /// A new CA and a server certificate whose SANs are `sans` (DNS names, wildcards, or IP
+    /// addresses), named after the first.
+    pub fn generate_for(sans: &[&str]) -> Self {
         use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
         let dir = tempfile::tempdir().expect("tempdir");
         let ca_key = KeyPair::generate().expect("key");
@@ -25,10 +31,12 @@ impl TlsFiles {
         let ca_cert = ca_params.self_signed(&ca_key).expect("CA");
         let issuer = Issuer::new(ca_params, ca_key);
         let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(vec![TLS_SERVER_NAME.to_owned()]).expect("params");
-        params
-            .distinguished_name
-            .push(DnType::CommonName, TLS_SERVER_NAME);
+        let names: Vec<String> = sans.iter().map(|s| (*s).to_owned()).collect();
+        let mut params = CertificateParams::new(names).expect("params");
+        params.distinguished_name.push(
+            DnType::CommonName,
+            sans.first().copied().unwrap_or("valkey"),
+        );
         let cert = params.signed_by(&key, &issuer).expect("certificate");
         std::fs::write(dir.path().join("ca.crt"), ca_cert.pem()).expect("write");
         std::fs::write(dir.path().join("tls.crt"), cert.pem()).expect("write");

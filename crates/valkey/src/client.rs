@@ -125,21 +125,55 @@ impl ClientError {
     }
 }
 
+impl ClientError {
+    /// Whether the TLS handshake failed only because the certificate is not valid for the
+    /// server name that was verified (another name may work).
+    pub fn is_name_mismatch(&self) -> bool {
+        let Self::Connection { source, .. } = self else {
+            return false;
+        };
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(source);
+        while let Some(e) = next {
+            let inner = e
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .map(|i| i as &(dyn std::error::Error + 'static));
+            for candidate in [Some(e), inner].into_iter().flatten() {
+                if let Some(rustls::Error::InvalidCertificate(c)) =
+                    candidate.downcast_ref::<rustls::Error>()
+                {
+                    return matches!(
+                        c,
+                        rustls::CertificateError::NotValidForName
+                            | rustls::CertificateError::NotValidForNameContext { .. }
+                    );
+                }
+            }
+            next = e.source();
+        }
+        // The error chain may hold the TLS error as text only.
+        let text = format!("{source:?}");
+        text.contains("NotValidForName") || text.contains("not valid for name")
+    }
+}
+
 /// TLS settings for node connections.
 #[derive(Clone)]
 pub struct TlsOptions {
     /// PEM bundle of the CA(s) to trust (e.g. `ca.crt` of the TLS Secret). Only these are trusted.
     pub ca_pem: Vec<u8>,
-    /// Name the server certificate must be valid for (SNI + verification). `None` verifies
-    /// against the dialed IP address instead (the certificate then needs an IP SAN).
-    pub server_name: Option<String>,
+    /// Names the server certificate may be valid for (SNI + verification), tried in order;
+    /// then the dialed IP address (a certificate with an IP SAN). A name is given up only
+    /// when the certificate is not valid for it: any other failure (an untrusted CA, an
+    /// expired certificate) ends the attempt.
+    pub server_names: Vec<String>,
 }
 
 impl fmt::Debug for TlsOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsOptions")
             .field("ca_pem", &format_args!("<{} bytes>", self.ca_pem.len()))
-            .field("server_name", &self.server_name)
+            .field("server_names", &self.server_names)
             .finish()
     }
 }
@@ -183,11 +217,17 @@ impl ClientConfig {
         }
     }
 
-    /// Enables TLS with the given CA bundle and (optional) server name to verify.
-    pub fn with_tls(mut self, ca_pem: impl Into<Vec<u8>>, server_name: Option<String>) -> Self {
+    /// Enables TLS with the given CA bundle and (optional) server name to verify, else the IP.
+    pub fn with_tls(self, ca_pem: impl Into<Vec<u8>>, server_name: Option<String>) -> Self {
+        self.with_tls_names(ca_pem, server_name.into_iter().collect())
+    }
+
+    /// Enables TLS with the given CA bundle; the certificate must be valid for one of
+    /// `server_names` or for the dialed IP (see [`TlsOptions::server_names`]).
+    pub fn with_tls_names(mut self, ca_pem: impl Into<Vec<u8>>, server_names: Vec<String>) -> Self {
         self.tls = Some(TlsOptions {
             ca_pem: ca_pem.into(),
-            server_name,
+            server_names,
         });
         self
     }
@@ -245,7 +285,8 @@ fn split_addr(addr: &str) -> Result<(String, u16), ClientError> {
     Ok((host.trim_matches(['[', ']']).to_owned(), port))
 }
 
-/// Opens one authenticated multiplexed connection to `addr` (`ip:port`).
+/// Opens one authenticated multiplexed connection to `addr` (`ip:port`). With TLS, the
+/// certificate is verified against each of [`TlsOptions::server_names`] in turn, then the IP.
 pub async fn connect(addr: &str, config: &ClientConfig) -> Result<NodeConnection, ClientError> {
     if config.username.is_empty() || config.password.is_empty() {
         return Err(ClientError::Config(
@@ -253,6 +294,47 @@ pub async fn connect(addr: &str, config: &ClientConfig) -> Result<NodeConnection
         ));
     }
     let (host, port) = split_addr(addr)?;
+    let Some(tls) = &config.tls else {
+        return connect_as(addr, config, ConnectionAddr::Tcp(host, port), None).await;
+    };
+    ensure_crypto_provider();
+    let ip: Option<IpAddr> = host.parse().ok();
+    let mut last = None;
+    let names = tls.server_names.iter().filter(|n| !n.is_empty());
+    for name in names.map(Some).chain(std::iter::once(None)) {
+        // Dial the node's IP, verify against the name.
+        let (tls_host, resolver) = match (name, ip) {
+            (Some(name), Some(ip)) => {
+                (name.clone(), Some(FixedResolver(SocketAddr::new(ip, port))))
+            }
+            (Some(_), None) => {
+                return Err(ClientError::Config(format!(
+                    "address {addr:?} must be an IP address when a TLS server name is set"
+                )));
+            }
+            (None, _) => (host.clone(), None),
+        };
+        let target = ConnectionAddr::TcpTls {
+            host: tls_host,
+            port,
+            insecure: false,
+            tls_params: None,
+        };
+        match connect_as(addr, config, target, resolver).await {
+            Err(e) if e.is_name_mismatch() => last = Some(e),
+            r => return r,
+        }
+    }
+    Err(last.unwrap_or_else(|| ClientError::Config("no TLS server name to try".into())))
+}
+
+/// One connection attempt to `target` (the resolver pins the dialed address).
+async fn connect_as(
+    addr: &str,
+    config: &ClientConfig,
+    target: ConnectionAddr,
+    resolver: Option<FixedResolver>,
+) -> Result<NodeConnection, ClientError> {
     let redis_info = RedisConnectionInfo::default()
         .set_username(&config.username)
         .set_password(&config.password)
@@ -260,47 +342,22 @@ pub async fn connect(addr: &str, config: &ClientConfig) -> Result<NodeConnection
     let mut conn_config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(config.connect_timeout))
         .set_response_timeout(Some(config.response_timeout));
-
+    if let Some(r) = resolver {
+        conn_config = conn_config.set_dns_resolver(r);
+    }
+    let info = target
+        .into_connection_info_checked()?
+        .set_redis_settings(redis_info);
     let client = match &config.tls {
-        None => {
-            let info = ConnectionAddr::Tcp(host, port)
-                .into_connection_info_checked()?
-                .set_redis_settings(redis_info);
-            Client::open(info).map_err(|e| ClientError::Config(e.to_string()))?
-        }
-        Some(tls) => {
-            ensure_crypto_provider();
-            let tls_host = match &tls.server_name {
-                Some(name) if !name.is_empty() => {
-                    // Dial the node's IP, verify against the server name.
-                    let ip: IpAddr = host.parse().map_err(|_| {
-                        ClientError::Config(format!(
-                            "address {addr:?} must be an IP address when a TLS server name is set"
-                        ))
-                    })?;
-                    conn_config =
-                        conn_config.set_dns_resolver(FixedResolver(SocketAddr::new(ip, port)));
-                    name.clone()
-                }
-                _ => host,
-            };
-            let info = ConnectionAddr::TcpTls {
-                host: tls_host,
-                port,
-                insecure: false,
-                tls_params: None,
-            }
-            .into_connection_info_checked()?
-            .set_redis_settings(redis_info);
-            Client::build_with_tls(
-                info,
-                TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(tls.ca_pem.clone()),
-                },
-            )
-            .map_err(|e| ClientError::Config(format!("TLS setup: {e}")))?
-        }
+        None => Client::open(info).map_err(|e| ClientError::Config(e.to_string()))?,
+        Some(tls) => Client::build_with_tls(
+            info,
+            TlsCertificates {
+                client_tls: None,
+                root_cert: Some(tls.ca_pem.clone()),
+            },
+        )
+        .map_err(|e| ClientError::Config(format!("TLS setup: {e}")))?,
     };
 
     let fut = client.get_multiplexed_async_connection_with_config(&conn_config);

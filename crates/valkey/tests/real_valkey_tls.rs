@@ -57,3 +57,47 @@ async fn real_valkey8_tls_cluster_with_ca_and_server_name() {
     let e = client::connect(&addrs[0], &bad_pw).await.unwrap_err();
     assert!(matches!(e, ClientError::Auth { .. }), "{e:?}");
 }
+
+/// Certificates as users get them (cert-manager for a headless Service): a wildcard DNS name
+/// of the Service, or an IP. The client dials the IP and accepts the first name that the
+/// certificate is valid for, then the IP; a CA it does not trust fails at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_valkey8_tls_wildcard_or_ip_certificates() {
+    init_tracing();
+    let names = vec![
+        "node.valkey-c.ns.svc".to_owned(),
+        "node.valkey-c.ns.svc.cluster.local".to_owned(),
+    ];
+    for (sans, ok) in [
+        (
+            &["*.valkey-c.ns.svc", "*.valkey-c.ns.svc.cluster.local"][..],
+            true,
+        ),
+        (&["*.valkey-c.ns.svc.cluster.local"][..], true),
+        (&["127.0.0.1"][..], true),
+        (&["*.valkey-other.ns.svc"][..], false),
+    ] {
+        let tls = TlsFiles::generate_for(sans);
+        let servers = start_servers(Flavor::V8, 1, Some(&tls));
+        let addr = servers[0].addr();
+        let cfg = ClientConfig::new("_operator", OPERATOR_PASSWORD)
+            .with_tls_names(tls.ca_pem.clone(), names.clone());
+        let r = client::connect(&addr, &cfg).await;
+        if ok {
+            let mut c = r.unwrap_or_else(|e| panic!("{sans:?}: {e}"));
+            let pong: String = c.query(&redis::cmd("PING")).await.expect("PING");
+            assert_eq!(pong, "PONG");
+        } else {
+            let Err(e) = r else {
+                panic!("{sans:?}: a certificate for another Service must not be accepted");
+            };
+            assert!(e.is_name_mismatch(), "{sans:?}: {e:?}");
+        }
+        // Another CA: refused, and not mistaken for a name mismatch.
+        let other = TlsFiles::generate_for(sans);
+        let wrong_ca = ClientConfig::new("_operator", OPERATOR_PASSWORD)
+            .with_tls_names(other.ca_pem.clone(), names.clone());
+        let e = client::connect(&addr, &wrong_ca).await.unwrap_err();
+        assert!(!e.is_name_mismatch(), "{sans:?}: {e:?}");
+    }
+}

@@ -219,6 +219,21 @@ pub async fn pod_identities(
         .collect())
 }
 
+/// `GET /metrics` from the exporter on `ip:9121` (plain HTTP/1.0).
+pub async fn scrape(ip: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::time::timeout(
+        Duration::from_secs(3),
+        tokio::net::TcpStream::connect((ip, 9121)),
+    )
+    .await??;
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await?;
+    let mut body = String::new();
+    tokio::time::timeout(Duration::from_secs(5), conn.read_to_string(&mut body)).await??;
+    Ok(body)
+}
+
 /// Merge-patches `spec` into the ValkeyCluster `name` (a key set to `null` is removed).
 pub async fn patch_spec(
     client: &Client,
@@ -415,15 +430,29 @@ pub async fn cluster_client_builder(
     name: &str,
     pw: &str,
 ) -> anyhow::Result<redis::cluster::ClusterClientBuilder> {
+    // A TLS cluster is reached over TLS without verifying the certificate: the nodes
+    // announce IPs, and the test certificates name the headless Service (the operator's own
+    // connections verify them by that name).
+    let tls = Api::<ValkeyCluster>::namespaced(client.clone(), NS)
+        .get(name)
+        .await?
+        .spec
+        .tls_secret_name()
+        .is_some();
+    let scheme = if tls { "rediss" } else { "redis" };
     let seeds: Vec<String> = pods_of(client, name)
         .await?
         .iter()
         .filter_map(pod_ip)
-        .map(|ip| format!("redis://{ip}:6379"))
+        .map(|ip| format!("{scheme}://{ip}:6379"))
         .collect();
-    Ok(redis::cluster::ClusterClient::builder(seeds)
+    let mut builder = redis::cluster::ClusterClient::builder(seeds)
         .username("app")
-        .password(pw))
+        .password(pw);
+    if tls {
+        builder = builder.tls(redis::TlsMode::Insecure);
+    }
+    Ok(builder)
 }
 
 pub async fn cluster_client(

@@ -29,6 +29,7 @@ use super::plan::{self, Balance, FailoverTiming, Plan};
 use super::report::{self, Report, ReportError};
 use crate::context::Shared;
 use crate::metrics::Metrics;
+use crate::render::names;
 use crate::status::{Activity, Facts, Progress, TopologyFacts};
 
 /// Name of this controller in metrics and events.
@@ -65,8 +66,9 @@ impl Context {
         }
     }
 
-    /// The pool of a cluster, recreated when the password or the TLS CA changes. With TLS the
-    /// server certificate is verified against the pod IP (it needs an IP SAN).
+    /// The pool of the cluster `key` (`namespace/name`), recreated when the password or the
+    /// TLS CA changes. With TLS the server certificate must be valid for a name under the
+    /// headless Service (see [`names::tls_server_names`]) or for the pod IP.
     pub fn pool(&self, key: &str, password: &str, tls_ca: Option<&[u8]>) -> NodePool {
         let ca_hash = tls_ca.map(|ca| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(ca)));
         let fingerprint = format!("{password}\n{}", ca_hash.unwrap_or_default());
@@ -79,7 +81,8 @@ impl Context {
         let mut config = ClientConfig::new(valkey_ops::commands::acl::OPERATOR_USER, password)
             .with_timeouts(Duration::from_secs(2), Duration::from_secs(5));
         if let Some(ca) = tls_ca {
-            config = config.with_tls(ca.to_vec(), None);
+            let (ns, cluster) = key.split_once('/').unwrap_or(("", key));
+            config = config.with_tls_names(ca.to_vec(), names::tls_server_names(cluster, ns));
         }
         let pool = NodePool::new(config);
         pools.insert(key.to_owned(), (fingerprint, pool.clone()));

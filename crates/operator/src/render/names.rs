@@ -12,6 +12,18 @@ pub fn service_name(cluster: &str) -> String {
     format!("valkey-{cluster}")
 }
 
+/// The names the operator verifies a pod's TLS certificate against (it dials the pod IP,
+/// and tries the pod IP last): a name under the headless Service, so that a certificate for
+/// `*.valkey-<cluster>.<namespace>.svc` or `*.valkey-<cluster>.<namespace>.svc.cluster.local`
+/// (what cert-manager issues for the Service's pods) is accepted.
+pub fn tls_server_names(cluster: &str, namespace: &str) -> Vec<String> {
+    let svc = service_name(cluster);
+    vec![
+        format!("node.{svc}.{namespace}.svc"),
+        format!("node.{svc}.{namespace}.svc.cluster.local"),
+    ]
+}
+
 /// ConfigMap with `valkey.conf` and the probe scripts: `valkey-<cluster>-config`.
 pub fn config_map_name(cluster: &str) -> String {
     format!("valkey-{cluster}-config")

@@ -5,9 +5,10 @@
 //! it rejoined under its old identity it would come back as the primary of
 //! its slots with an empty dataset, and its replica would resync from it:
 //! every acknowledged write of the shard would be lost. So when a primary
-//! that has replicas restarts without persistence, the script drops
-//! `nodes.conf` (the process comes back as a new, empty node the operator
-//! attaches as a replica) and waits past the failure-detection time so that
+//! that has replicas restarts without persistence, the script empties the
+//! data directory, `nodes.conf` and any RDB/AOF file a former life as a replica
+//! left there (the process comes back as a new, empty node the operator can
+//! attach as a replica) and waits past the failure-detection time so that
 //! Valkey promotes the replica before anything listens on the old address.
 //! A primary without replicas keeps its identity (its data is gone either
 //! way, and a new identity would orphan its slots); replicas and persistent
@@ -42,7 +43,7 @@ if [ "${PERSISTENT_ENV}" != "true" ] && [ -f "$conf" ]; then
         [ "$timeout" -gt 0 ] || timeout=15000
         wait=$(( timeout * 2 / 1000 + 2 ))
         echo "restart without persistence: leaving the cluster as $me, waiting ${{wait}}s for a replica to take over"
-        rm -f "$conf"
+        rm -rf {DATA_DIR}/* {DATA_DIR}/.[!.]*
         sleep "$wait"
       fi
       ;;
@@ -73,6 +74,8 @@ mod tests {
         .expect("conf");
         if let Some(n) = nodes_conf {
             std::fs::write(data.join("nodes.conf"), n).expect("nodes");
+            // What a former life as a replica leaves behind.
+            std::fs::write(data.join("dump.rdb"), "REDIS0011").expect("rdb");
         }
         let bin = dir.path().join("bin");
         std::fs::create_dir_all(&bin).expect("bin");
@@ -97,10 +100,13 @@ mod tests {
             .env(PERSISTENT_ENV, if persistent { "true" } else { "false" })
             .output()
             .expect("sh");
-        (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            data.join("nodes.conf").exists(),
-        )
+        let kept = data.join("nodes.conf").exists();
+        assert_eq!(
+            kept,
+            data.join("dump.rdb").exists(),
+            "the data files go with nodes.conf"
+        );
+        (String::from_utf8_lossy(&out.stdout).into_owned(), kept)
     }
 
     const PRIMARY_WITH_REPLICA: &str = "\
