@@ -10,6 +10,9 @@
 //! have acknowledged any: its replica was unreachable). While partitioned, the status stops
 //! saying Ready. The same is tried a second time from the state the first left (the primary of
 //! shard 0 now at node index 1).
+//!
+//! A second test: a stale replica (its replication link down for 30 s) is not promoted when its
+//! primary dies, and the status says why.
 
 mod support;
 
@@ -130,6 +133,125 @@ async fn operator_root_partitioned_primary_is_left_to_valkeys_election() -> anyh
     ensure!(
         !metrics.contains("kind=\"Failover\""),
         "the operator forced a failover of a primary that was only partitioned:\n{metrics}"
+    );
+    fx.stop().await;
+    Ok(())
+}
+
+/// `INFO replication` of the pod at `ip` as user `app`.
+async fn replication_info(ip: &str, pw: &str) -> anyhow::Result<String> {
+    let mut c = node_conn(ip, "app", pw).await?;
+    Ok(redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut c)
+        .await?)
+}
+
+/// A stale replica is not promoted. Shard 0's replica stays reachable but its replication link
+/// is broken (a wrong primary password, then its link dropped) while writes go on; Valkey's
+/// own election is held back for such a replica too (`cluster-replica-validity-factor 1`).
+/// Once the link has been down for 30 s, well past the operator's staleness bound
+/// (`cluster-node-timeout`, 5 s), the primary's server is killed: for 30 s the replica is not
+/// promoted, the operator drives no failover, and the status says why ("no failover for
+/// shard 0: ... every replica lost its link more than the staleness bound ...").
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operator_root_stale_replica_is_not_promoted() -> anyhow::Result<()> {
+    let Some(fx) = Fixture::start().await? else {
+        return Ok(());
+    };
+    let client = &fx.client;
+    let name = "stale";
+    let pw = "app-password-2";
+    create_user_secret(client, &format!("{name}-app"), pw).await?;
+    create_cluster_with(
+        client,
+        name,
+        3,
+        1,
+        serde_json::json!({"config": {"cluster-replica-validity-factor": "1"}}),
+    )
+    .await?;
+    wait_ready(client, name, 3, Duration::from_secs(300)).await?;
+    let roles = shard_roles(client, name, 0, pw).await?;
+    let primary = live_primary_of_shard0(client, name, pw).await?;
+    let (replica, replica_ip) = roles
+        .iter()
+        .find(|(_, _, role)| role == "slave")
+        .map(|(pod, ip, _)| (pod.clone(), ip.clone()))
+        .context("shard 0 has no replica")?;
+
+    // Break the replica's link: it cannot authenticate to its primary any more.
+    let mut r = node_conn(&replica_ip, "app", pw).await?;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("primaryauth")
+        .arg("not-the-password")
+        .query_async(&mut r)
+        .await?;
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("master")
+        .query_async(&mut r)
+        .await?;
+    write_read(&mut cluster_client(client, name, pw).await?, 500, "missed").await?;
+    let broken = Instant::now();
+    loop {
+        let info = replication_info(&replica_ip, pw).await?;
+        let down_for: u64 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("master_link_down_since_seconds:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        if info.contains("master_link_status:down") && down_for >= 30 {
+            break;
+        }
+        ensure!(
+            broken.elapsed() < Duration::from_secs(60),
+            "the replica's link is not down for 30 s: {info}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    let killed = Instant::now();
+    fx.faults()?.kill_container(NS, &primary, "server")?;
+    eprintln!("killed the server of {primary}; {replica} has been stale for 30 s");
+    let api: kube::Api<valkey_api::ValkeyCluster> = kube::Api::namespaced(client.clone(), NS);
+    let mut said_why = None;
+    while killed.elapsed() < Duration::from_secs(30) {
+        let info = replication_info(&replica_ip, pw).await?;
+        ensure!(
+            info.contains("role:slave"),
+            "the stale replica {replica} was promoted {:.1}s after the kill",
+            killed.elapsed().as_secs_f64()
+        );
+        let status = api.get(name).await?.status.unwrap_or_default();
+        let formed = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "ClusterFormed")
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        if said_why.is_none()
+            && formed.starts_with("no failover for shard 0")
+            && formed.contains("staleness bound")
+        {
+            eprintln!(
+                "MEASURE stale replica: status says why {:.1}s after the kill: {formed}",
+                killed.elapsed().as_secs_f64()
+            );
+            said_why = Some(formed);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    ensure!(
+        said_why.is_some(),
+        "the status never said why shard 0 has no writer"
+    );
+    let metrics = fx.metrics();
+    ensure!(
+        !metrics.contains("kind=\"Failover\""),
+        "the operator forced a failover to a stale replica:\n{metrics}"
     );
     fx.stop().await;
     Ok(())

@@ -248,17 +248,6 @@ pub fn failover_decision(
             reason,
             silent_ms,
         };
-        let mode = if !live.down(failed) {
-            decision.waits.push(wait(WaitReason::NotKnownDown));
-            continue;
-        } else if !majority {
-            FailoverMode::Takeover
-        } else if live.gone(failed) && !live.agreed_failed(failed) {
-            FailoverMode::Force
-        } else {
-            decision.waits.push(wait(WaitReason::ElectionRunning));
-            continue;
-        };
         let streamed: Vec<_> = followers
             .iter()
             .filter(|(_, v, n)| n.id == failed.id && v.link_down_since.is_some_and(|s| s >= 0))
@@ -267,6 +256,26 @@ pub fn failover_decision(
             .iter()
             .filter(|(_, v, _)| fresh(v, last_heard, timing))
             .max_by_key(|(m, v, _)| (v.repl_offset, -m.index));
+        // Why no replica can be promoted, if none can: also what keeps Valkey's own election
+        // from succeeding for long.
+        let unpromotable = match best {
+            Some(_) => None,
+            None if streamed.is_empty() => Some(WaitReason::NoStreamedReplica),
+            None => Some(WaitReason::StaleReplicas),
+        };
+        let mode = if !live.down(failed) {
+            decision.waits.push(wait(WaitReason::NotKnownDown));
+            continue;
+        } else if !majority {
+            FailoverMode::Takeover
+        } else if live.gone(failed) && !live.agreed_failed(failed) {
+            FailoverMode::Force
+        } else {
+            decision
+                .waits
+                .push(wait(unpromotable.unwrap_or(WaitReason::ElectionRunning)));
+            continue;
+        };
         match best {
             Some((m, ..)) if decision.step.is_none() => {
                 decision.step = Some(Step::Failover {
@@ -277,8 +286,7 @@ pub fn failover_decision(
                 });
             }
             Some(_) => {}
-            None if streamed.is_empty() => decision.waits.push(wait(WaitReason::NoStreamedReplica)),
-            None => decision.waits.push(wait(WaitReason::StaleReplicas)),
+            None => decision.waits.extend(unpromotable.map(wait)),
         }
     }
     decision
@@ -479,6 +487,31 @@ mod tests {
     }
 
     const NOW: u64 = 1_800_000_000_000;
+
+    #[test]
+    fn an_agreed_failure_with_only_stale_replicas_says_so() {
+        // Node 1 is flagged `fail` (a majority agreed): Valkey's election is left to run, but
+        // its only replica lost its link 100 s before the primary was last heard, so the wait
+        // is reported as stale replicas, not as an election that will come.
+        let mut m = with_clocks(Some(NOW - 3_000), 100).members().to_vec();
+        seen(&mut m, &[2, 3, 4, 5, 6, 7], 1, |n| {
+            n.flags.pfail = false;
+            n.flags.fail = true;
+        });
+        let t = Topology::new(m);
+        let d = failover_decision(D31, &t, None, FailoverTiming::default());
+        assert_eq!(d.step, None);
+        assert_eq!(d.waits[0].reason, WaitReason::StaleReplicas);
+        // With a fresh replica the operator waits for the election.
+        let mut m = with_clocks(Some(NOW - 3_000), 4).members().to_vec();
+        seen(&mut m, &[2, 3, 4, 5, 6, 7], 1, |n| {
+            n.flags.pfail = false;
+            n.flags.fail = true;
+        });
+        let d = failover_decision(D31, &Topology::new(m), None, FailoverTiming::default());
+        assert_eq!(d.step, None);
+        assert_eq!(d.waits[0].reason, WaitReason::ElectionRunning);
+    }
 
     #[test]
     fn a_replica_whose_link_broke_long_before_the_primary_was_last_heard_is_not_promoted() {
