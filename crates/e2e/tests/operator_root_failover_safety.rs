@@ -11,8 +11,9 @@
 //! saying Ready. The same is tried a second time from the state the first left (the primary of
 //! shard 0 now at node index 1).
 //!
-//! A second test: a stale replica (its replication link down for 30 s) is not promoted when its
-//! primary dies, and the status says why.
+//! A second test, two scenarios in one environment: a stale replica (its replication link down
+//! for 30 s) is not promoted when its primary dies, and the status says why; a primary that
+//! fails its readiness probe while its only replica is in a full sync is not rolled.
 
 mod support;
 
@@ -154,11 +155,7 @@ async fn replication_info(ip: &str, pw: &str) -> anyhow::Result<String> {
 /// (`cluster-node-timeout`, 5 s), the primary's server is killed: for 30 s the replica is not
 /// promoted, the operator drives no failover, and the status says why ("no failover for
 /// shard 0: ... every replica lost its link more than the staleness bound ...").
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn operator_root_stale_replica_is_not_promoted() -> anyhow::Result<()> {
-    let Some(fx) = Fixture::start().await? else {
-        return Ok(());
-    };
+async fn stale_replica_is_not_promoted(fx: &Fixture) -> anyhow::Result<()> {
     let client = &fx.client;
     let name = "stale";
     let pw = "app-password-2";
@@ -248,10 +245,151 @@ async fn operator_root_stale_replica_is_not_promoted() -> anyhow::Result<()> {
         said_why.is_some(),
         "the status never said why shard 0 has no writer"
     );
+    Ok(())
+}
+
+/// A primary that fails its readiness probe while its only replica is in a full sync is not
+/// rolled: a 1 × 0 cluster is scaled to 1 replica and given a new pod template in one edit,
+/// while the primary holds the new replica's full sync back (`repl-diskless-sync-delay`) and
+/// its readiness probe fails (its probe user switched off). For 30 s the primary's pod stays
+/// and its roll is not authorized; once the probe passes and the sync completes, the roll
+/// hands the primary over and finishes, with every acknowledged write kept.
+async fn unready_primary_is_not_rolled_during_a_full_sync(fx: &Fixture) -> anyhow::Result<()> {
+    let client = &fx.client;
+    let name = "unready";
+    let pw = "app-password-3";
+    create_user_secret(client, &format!("{name}-app"), pw).await?;
+    create_cluster(client, name, 1, 0).await?;
+    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
+    let mut conn = cluster_client(client, name, pw).await?;
+    write_read(&mut conn, 2_000, "u").await?;
+    let pod = pods_of(client, name).await?.pop().context("no pod")?;
+    let (primary, ip) = (
+        pod.metadata.name.clone().unwrap_or_default(),
+        pod_ip(&pod).context("pod IP")?,
+    );
+    let uid = pod.metadata.uid.clone();
+    let mut p = node_conn(&ip, "app", pw).await?;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("repl-diskless-sync-delay")
+        .arg("600")
+        .query_async(&mut p)
+        .await?;
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("_exporter")
+        .arg("off")
+        .query_async(&mut p)
+        .await?;
+    let nodes: kube::Api<valkey_api::ValkeyNode> = kube::Api::namespaced(client.clone(), NS);
+    let node = format!("{name}-0-0");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while nodes.get(&node).await?.status.is_some_and(|s| s.ready) {
+        ensure!(
+            Instant::now() < deadline,
+            "{node} stays ready with its probe user off"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    patch_spec(
+        client,
+        name,
+        serde_json::json!({"replicas": 1, "resources": {"requests": {"cpu": "30m"}}}),
+    )
+    .await?;
+    let held = Instant::now();
+    let mut syncing_seen = false;
+    let revision = nodes.get(&node).await?.spec.workload_revision;
+    while held.elapsed() < Duration::from_secs(30) {
+        let now = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS)
+            .get_opt(&primary)
+            .await?;
+        ensure!(
+            now.as_ref()
+                .is_some_and(|p| p.metadata.uid == uid && p.metadata.deletion_timestamp.is_none()),
+            "the not-ready primary {primary} was rolled {:.1}s into its replica's full sync",
+            held.elapsed().as_secs_f64()
+        );
+        ensure!(
+            nodes.get(&node).await?.spec.workload_revision == revision,
+            "the roll of the not-ready primary was authorized during the full sync"
+        );
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut p)
+            .await?;
+        syncing_seen |= info.contains("state=wait_bgsave");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    ensure!(
+        syncing_seen,
+        "the new replica never waited for its full sync"
+    );
+    eprintln!(
+        "the not-ready primary {primary} stayed for 30 s while its replica waited for a full sync"
+    );
+
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("_exporter")
+        .arg("on")
+        .query_async(&mut p)
+        .await?;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("repl-diskless-sync-delay")
+        .arg("0")
+        .query_async(&mut p)
+        .await?;
+    let released = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let gone = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS)
+            .get_opt(&primary)
+            .await?
+            .is_none_or(|p| p.metadata.uid != uid);
+        if gone {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the primary {primary} was never rolled"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    wait_ready(client, name, 1, Duration::from_secs(240)).await?;
+    eprintln!(
+        "MEASURE unready primary: rolled and Ready {:.1}s after the probe and the sync were released",
+        released.elapsed().as_secs_f64()
+    );
+    check_topology(client, name, 1, 1, pw).await?;
+    check_acked(
+        &mut cluster_client(client, name, pw).await?,
+        2_000,
+        "u",
+        "the held roll",
+    )
+    .await?;
+    Ok(())
+}
+
+/// Both scenarios share one environment (different clusters).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operator_root_stale_replica_and_unready_primary() -> anyhow::Result<()> {
+    let Some(fx) = Fixture::start().await? else {
+        return Ok(());
+    };
+    let (stale, unready) = tokio::join!(
+        stale_replica_is_not_promoted(&fx),
+        unready_primary_is_not_rolled_during_a_full_sync(&fx)
+    );
+    stale.context("stale replica")?;
+    unready.context("not-ready primary during a full sync")?;
     let metrics = fx.metrics();
     ensure!(
         !metrics.contains("kind=\"Failover\""),
-        "the operator forced a failover to a stale replica:\n{metrics}"
+        "the operator forced a failover (to a stale replica):\n{metrics}"
     );
     fx.stop().await;
     Ok(())
