@@ -58,6 +58,10 @@ pub mod reason {
     pub const REBALANCING_SLOTS: &str = "RebalancingSlots";
     /// Progressing=False.
     pub const RECONCILE_COMPLETE: &str = "ReconcileComplete";
+    /// Degraded=True: the TLS Secret is missing, incomplete or holds a certificate the
+    /// operator cannot accept (expired, not yet valid, not signed by its `ca.crt`, a key that
+    /// does not match); the message names the Secret and the problem.
+    pub const INVALID_TLS_SECRET: &str = "InvalidTLSSecret";
     /// Degraded=True: joining a node failed.
     pub const NODE_ADD_FAILED: &str = "NodeAddFailed";
     /// Degraded=True: moving slots failed.
@@ -154,6 +158,8 @@ pub mod event {
     pub const GRACE_PERIOD_TOO_SHORT: &str = "GracePeriodTooShort";
     /// `spec.config` or `spec.image` is refused by the server's dry run (Warning).
     pub const INVALID_CONFIG: &str = "InvalidConfig";
+    /// The TLS Secret became unusable (Warning).
+    pub const INVALID_TLS_SECRET: &str = "InvalidTLSSecret";
     /// A ValkeyNode's claim cannot grow to the requested size (Warning).
     pub const RESIZE_INFEASIBLE: &str = "ResizeInfeasible";
     /// On a ValkeyNode: a pod template change was written to its workload.

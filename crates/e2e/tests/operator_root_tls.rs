@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use support::*;
 use valkey_ops::client::{self, ClientConfig};
@@ -214,6 +214,63 @@ async fn operator_root_tls_cluster_with_a_service_certificate() -> anyhow::Resul
         "MEASURE tls: {acked} acknowledged writes, none lost; longest write gap {:.2}s",
         gap.as_secs_f64()
     );
+
+    // A certificate from another CA in the Secret: said at once, nothing restarted, the
+    // cluster keeps serving with the certificate its servers loaded; fixed, it clears.
+    let pods = pod_identities(&client, NAME).await?;
+    let stranger = valkey_testkit::TlsFiles::generate_for(&[&format!("*.{svc}")]);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let swap = |files: &valkey_testkit::TlsFiles| -> anyhow::Result<serde_json::Value> {
+        let b64 = |f: &str| -> anyhow::Result<ByteString> {
+            Ok(ByteString(std::fs::read(files.path(f))?))
+        };
+        Ok(serde_json::json!({"data": {"tls.crt": b64("tls.crt")?, "tls.key": b64("tls.key")?}}))
+    };
+    let swapped = Instant::now();
+    secrets
+        .patch(
+            "tls-certs",
+            &PatchParams::default(),
+            &Patch::Merge(swap(&stranger)?),
+        )
+        .await?;
+    let vc = wait_cluster(
+        &client,
+        NAME,
+        "InvalidTLSSecret",
+        Duration::from_secs(60),
+        |vc| {
+            condition_true(vc, "Degraded").is_some_and(|(r, m)| {
+                r == "InvalidTLSSecret" && m.contains("tls-certs") && m.contains("CA mismatch")
+            })
+        },
+    )
+    .await?;
+    eprintln!(
+        "MEASURE tls: a certificate from another CA reported in {:.1}s: {:?}",
+        swapped.elapsed().as_secs_f64(),
+        vc.status.as_ref().and_then(|s| s.message.clone())
+    );
+    check_tls_topology(&client, &tls.ca_pem, 3).await?;
+    ensure!(
+        pod_identities(&client, NAME).await? == pods,
+        "pods restarted after the bad Secret"
+    );
+    secrets
+        .patch(
+            "tls-certs",
+            &PatchParams::default(),
+            &Patch::Merge(swap(&tls)?),
+        )
+        .await?;
+    wait_cluster(
+        &client,
+        NAME,
+        "the warning cleared",
+        Duration::from_secs(60),
+        |vc| condition_true(vc, "Degraded").is_none(),
+    )
+    .await?;
 
     fx.stop().await;
     eprintln!("MEASURE test wall time: {:.1}s", t0.elapsed().as_secs_f64());

@@ -307,14 +307,15 @@ fn facts(
     step_failure: Option<crate::status::StepFailure>,
 ) -> Facts {
     let spec = &vc.spec;
-    let mut apply_error = apply_error;
-    if spec.tls_secret_name().is_some() && observed.tls_ca.is_none() {
-        apply_error.get_or_insert(crate::status::ChildFailure::new(
-            crate::status::Child::Service,
-            "the TLS Secret is missing or has no ca.crt",
-        ));
-    }
     Facts {
+        invalid_tls: spec.tls_secret_name().and_then(|secret| {
+            super::tls_secret::problem(
+                secret,
+                observed.tls_secret.as_ref(),
+                &names::tls_server_names(&vc.name_any(), &vc.namespace().unwrap_or_default()),
+                rustls::pki_types::UnixTime::now(),
+            )
+        }),
         resize_infeasible: resize_infeasible(&observed.nodes),
         invalid_config: None,
         desired_shards: layout(vc).shards,

@@ -20,5 +20,6 @@ pub mod observe;
 pub mod operation;
 pub mod plan;
 pub mod report;
+pub mod tls_secret;
 
 pub use controller::{CONTROLLER, Context, reconcile, run};

@@ -66,6 +66,8 @@ pub struct Observed {
     pub user_secrets: BTreeMap<String, Secret>,
     /// The system passwords in effect (those of the system Secret, or new ones).
     pub passwords: SystemPasswords,
+    /// The TLS Secret when TLS is enabled and it exists.
+    pub tls_secret: Option<Secret>,
     /// The TLS CA (`ca.crt` of the TLS Secret) when TLS is enabled.
     pub tls_ca: Option<Vec<u8>>,
     /// Every position with a running pod and its node's live view.
@@ -133,12 +135,13 @@ pub async fn observe(
             user_secrets.insert(s, sec);
         }
     }
-    let tls_ca = match vc.spec.tls_secret_name() {
-        Some(n) => get_secret(n.to_owned())
-            .await?
-            .and_then(|s| s.data?.get("ca.crt").map(|b| b.0.clone())),
+    let tls_secret = match vc.spec.tls_secret_name() {
+        Some(n) => get_secret(n.to_owned()).await?,
         None => None,
     };
+    let tls_ca = tls_secret
+        .as_ref()
+        .and_then(|s| s.data.as_ref()?.get("ca.crt").map(|b| b.0.clone()));
 
     let passwords =
         render::secrets::system_passwords(&[system_secret.as_ref(), system_backup_secret.as_ref()]);
@@ -157,6 +160,7 @@ pub async fn observe(
         check_pods,
         user_secrets,
         passwords,
+        tls_secret,
         tls_ca,
         topology,
     })

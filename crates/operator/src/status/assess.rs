@@ -193,6 +193,8 @@ pub struct Facts {
     pub grace_period_warning: Option<String>,
     /// `spec.config`/`spec.image` refused by the server's dry run: the warning message.
     pub invalid_config: Option<String>,
+    /// What is wrong with the TLS Secret, when something is.
+    pub invalid_tls: Option<String>,
     /// Claims that cannot grow to `persistence.size`: the warning message.
     pub resize_infeasible: Option<String>,
     /// The live topology.
@@ -325,6 +327,8 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
         Cond::yes(condition::DEGRADED, e.reason(), e.message.clone())
     } else if let Some(msg) = &t.drain_no_room {
         Cond::yes(condition::DEGRADED, reason::REBALANCE_FAILED, msg.clone())
+    } else if let Some(msg) = &f.invalid_tls {
+        Cond::yes(condition::DEGRADED, reason::INVALID_TLS_SECRET, msg.clone())
     } else if let Some(msg) = &f.invalid_config {
         Cond::yes(condition::DEGRADED, reason::INVALID_CONFIG, msg.clone())
     } else if let Some(msg) = &f.resize_infeasible {

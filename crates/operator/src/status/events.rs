@@ -50,7 +50,8 @@ fn entered(old: &[Condition], new: &[Condition], type_: &str) -> bool {
 /// Events for the transitions between the previous and the new status: `ClusterReady` when
 /// Ready turns True, `InvalidConfig`, `ResizeInfeasible` or `GracePeriodTooShort` when
 /// ConfigurationWarning turns True or its message changes,
-/// `PodUnschedulable` when the cluster becomes Degraded for that reason, `DrainFailed` when a
+/// `PodUnschedulable` when the cluster becomes Degraded for that reason, `InvalidTLSSecret`
+/// when the TLS Secret becomes unusable (or unusable in another way), `DrainFailed` when a
 /// drain is held back for lack of memory, `FailoverFailed` when a shard's failover is stuck (see
 /// [`FAILOVER_STUCK`]), and
 /// `FailoverCompleted` for every shard whose primary pod changed.
@@ -96,6 +97,17 @@ pub fn transition_events(
                 c.message.clone(),
             ));
         }
+    }
+    if let Some(c) = find(nc, condition::DEGRADED).filter(|c| c.status == "True")
+        && c.reason == reason::INVALID_TLS_SECRET
+        && !find(oc, condition::DEGRADED)
+            .is_some_and(|o| o.status == "True" && o.reason == c.reason && o.message == c.message)
+    {
+        out.push(EventSpec::warning(
+            event::INVALID_TLS_SECRET,
+            "Validate",
+            c.message.clone(),
+        ));
     }
     if let Some(c) = find(nc, condition::DEGRADED).filter(|c| c.status == "True")
         && c.reason == reason::POD_UNSCHEDULABLE
@@ -226,6 +238,30 @@ mod tests {
             &[],
         );
         assert!(transition_events(Some(&ok), &step).is_empty());
+    }
+
+    #[test]
+    fn invalid_tls_secret_once_per_problem() {
+        let ok = status(&[Cond::no("Degraded", "ClusterHealthy", "")], &[]);
+        let expired = status(
+            &[Cond::yes(
+                "Degraded",
+                "InvalidTLSSecret",
+                "tls.crt has expired",
+            )],
+            &[],
+        );
+        let mismatch = status(
+            &[Cond::yes("Degraded", "InvalidTLSSecret", "a CA mismatch")],
+            &[],
+        );
+        let e = transition_events(Some(&ok), &expired);
+        assert_eq!(reasons(&e), ["InvalidTLSSecret"]);
+        assert!(transition_events(Some(&expired), &expired).is_empty());
+        assert_eq!(
+            reasons(&transition_events(Some(&expired), &mismatch)),
+            ["InvalidTLSSecret"]
+        );
     }
 
     #[test]
