@@ -70,6 +70,17 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// Whether the TLS handshake failed only because the certificate is not valid for the
+    /// server name that was verified (another name may work). redis-rs keeps the rustls error
+    /// only as text, so the text is what is matched (rustls' `NotValidForName` message).
+    pub fn is_name_mismatch(&self) -> bool {
+        let Self::Connection { source, .. } = self else {
+            return false;
+        };
+        let text = source.to_string();
+        text.contains("not valid for name") || text.contains("NotValidForName")
+    }
+
     /// The server error code (`ERR`, `NOPERM`, `MOVED`, ...) if this is an error reply.
     pub fn server_code(&self) -> Option<&str> {
         match self {
@@ -122,38 +133,6 @@ impl ClientError {
             _ if err.is_timeout() => Self::Timeout { addr },
             _ => Self::Connection { addr, source: err },
         }
-    }
-}
-
-impl ClientError {
-    /// Whether the TLS handshake failed only because the certificate is not valid for the
-    /// server name that was verified (another name may work).
-    pub fn is_name_mismatch(&self) -> bool {
-        let Self::Connection { source, .. } = self else {
-            return false;
-        };
-        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(source);
-        while let Some(e) = next {
-            let inner = e
-                .downcast_ref::<std::io::Error>()
-                .and_then(|io| io.get_ref())
-                .map(|i| i as &(dyn std::error::Error + 'static));
-            for candidate in [Some(e), inner].into_iter().flatten() {
-                if let Some(rustls::Error::InvalidCertificate(c)) =
-                    candidate.downcast_ref::<rustls::Error>()
-                {
-                    return matches!(
-                        c,
-                        rustls::CertificateError::NotValidForName
-                            | rustls::CertificateError::NotValidForNameContext { .. }
-                    );
-                }
-            }
-            next = e.source();
-        }
-        // The error chain may hold the TLS error as text only.
-        let text = format!("{source:?}");
-        text.contains("NotValidForName") || text.contains("not valid for name")
     }
 }
 

@@ -55,17 +55,12 @@ pub struct Desired {
     pub finished_checks: Vec<String>,
 }
 
-/// Builds every object of `vc` from what was observed; the pods' image and settings are those
-/// the config gate lets through.
+/// Builds every object of `vc` (with the image and settings the config `gate` lets through,
+/// see [`Gate::effective_cluster`]) from what was observed, and the gate's check pods.
 pub fn build(vc: &ValkeyCluster, observed: &Observed, gate: &Gate) -> Desired {
     let name = vc.name_any();
     let ns = vc.namespace().unwrap_or_default();
     let owner = render::owner_reference(vc);
-    let check_pod = gate
-        .create
-        .then(|| render::config_check::check_pod(&name, &ns, &vc.spec, owner.clone()));
-    let effective = gate.effective_cluster(vc);
-    let vc = effective.as_ref();
     let spec = &vc.spec;
     let acl = resolve_user_passwords(spec, &observed.user_secrets)
         .map(|users| {
@@ -102,7 +97,7 @@ pub fn build(vc: &ValkeyCluster, observed: &Observed, gate: &Gate) -> Desired {
         pdb: render::pdb::pod_disruption_budget(&name, &ns, spec, owner),
         nodes,
         acl,
-        check_pod,
+        check_pod: gate.create.clone(),
         finished_checks: gate.delete.clone(),
     }
 }

@@ -38,8 +38,8 @@ pub struct Gate {
     pub accepted: Option<AcceptedConfig>,
     /// `status.rejectedConfig` after this pass.
     pub rejected: Option<RejectedConfig>,
-    /// Create the check pod of the current spec.
-    pub create: bool,
+    /// The check pod of the current spec, when it must be created.
+    pub create: Option<Pod>,
     /// Check pods to delete (finished, or for a spec that changed since).
     pub delete: Vec<String>,
 }
@@ -110,6 +110,14 @@ pub fn gate(vc: &ValkeyCluster, check_pods: &[Pod], has_nodes: bool) -> Gate {
             mine.is_none(),
         ),
     };
+    let create = create.then(|| {
+        config_check::check_pod(
+            &vc.name_any(),
+            &vc.namespace().unwrap_or_default(),
+            spec,
+            crate::render::owner_reference(vc),
+        )
+    });
     let effective = match state {
         State::Accepted => Some((spec.image.clone(), spec.config.clone())),
         _ => keep(&accepted),
@@ -221,7 +229,7 @@ mod tests {
         let vc = cluster("valkey/valkey:9.0.0", serde_json::json!({}));
         let g = gate(&vc, &[], false);
         assert_eq!(g.state, State::Accepted);
-        assert!(!g.create);
+        assert!(g.create.is_none());
         assert!(g.effective.is_some());
     }
 
@@ -230,11 +238,11 @@ mod tests {
         let vc = cluster("valkey/valkey:8.0.1", serde_json::json!({"no-such": "1"}));
         let g = gate(&vc, &[], false);
         assert!(matches!(g.state, State::Checking(_)));
-        assert!(g.create);
+        assert!(g.create.is_some());
         assert_eq!(g.effective, None, "no ValkeyNode before the verdict");
         // The pod exists and runs: nothing more to create.
         let g = gate(&vc, &[check(&vc, None)], false);
-        assert!(!g.create);
+        assert!(g.create.is_none());
         // It refused the line: the reason is kept, the pod deleted, still nothing created.
         let g = gate(
             &vc,
@@ -253,7 +261,7 @@ mod tests {
         });
         let g2 = gate(&later, &[], false);
         assert_eq!(g2.state, g.state);
-        assert!(!g2.create);
+        assert!(g2.create.is_none());
     }
 
     #[test]
@@ -270,7 +278,7 @@ mod tests {
             Some(&good),
         );
         let g = gate(&bad, &[], true);
-        assert!(g.create);
+        assert!(g.create.is_some());
         assert_eq!(
             g.effective_cluster(&bad).spec.config,
             good.spec.config,
@@ -343,6 +351,6 @@ mod tests {
             panic!("{:?}", g.state)
         };
         assert!(m.contains("could not judge"), "{m}");
-        assert!(!g.create);
+        assert!(g.create.is_none());
     }
 }

@@ -119,10 +119,10 @@ async fn pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action, Error>
 
     let observed = observe::observe(ctx, vc, &key).await?;
     let gate = config_gate::gate(vc, &observed.check_pods, !observed.nodes.is_empty());
-    let desired = build::build(vc, &observed, &gate);
     // From here on the cluster is seen with the image and settings the gate let through.
     let effective = gate.effective_cluster(vc);
     let vc = effective.as_ref();
+    let desired = build::build(vc, &observed, &gate);
     let applied = apply::apply_all(client, &ns, &desired, &observed).await;
     let plan = plan::plan(&plan::Input {
         layout: layout(vc),
