@@ -1,4 +1,4 @@
-//! TLS material for tests: a CA and a server certificate with a DNS SAN.
+//! TLS material for tests: a CA (named uniquely) and a server certificate with a DNS SAN.
 
 /// DNS name in the test server certificate's SAN.
 pub const TLS_SERVER_NAME: &str = "valkey.cluster.test";
@@ -25,9 +25,14 @@ impl TlsFiles {
         let ca_key = KeyPair::generate().expect("key");
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "valkey-ops test CA");
+        // Each CA has its own name: OpenSSL picks a certificate's issuer by name, so two CAs of
+        // one name in a bundle (a CA rotation) would be confused, as they would be in real life.
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ca_params.distinguished_name.push(
+            DnType::CommonName,
+            format!("valkey-ops test CA {}-{n}", std::process::id()),
+        );
         let ca_cert = ca_params.self_signed(&ca_key).expect("CA");
         let issuer = Issuer::new(ca_params, ca_key);
         let key = KeyPair::generate().expect("key");

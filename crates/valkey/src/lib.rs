@@ -7,6 +7,7 @@ pub mod error;
 pub mod model;
 pub mod plan;
 pub mod slots;
+pub mod tls;
 pub mod topology;
 
 pub use error::{ParseError, PlanError};

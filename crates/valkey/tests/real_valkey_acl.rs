@@ -197,3 +197,154 @@ async fn real_valkey9_system_users_acl_load_and_config() {
 async fn real_valkey8_system_users_acl_load_and_config() {
     check_users(Flavor::V8).await;
 }
+
+/// User rules checked by the server itself on a disabled scratch user: accepted rules leave
+/// nothing behind; refused ones come back with the server's reason.
+async fn check_rules(flavor: Flavor) {
+    init_tracing();
+    let server = Server::start(flavor, None);
+    let a = server.addr();
+    let op = operator_pool(None);
+    let rules = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+    for ok in [
+        "+@all ~* &*",
+        "+get +set ~app:* %R~ro:*",
+        "-@all +ping",
+        "+config|get",
+    ] {
+        let v = commands::check_user_rules(&op, &a, "t1", &rules(ok))
+            .await
+            .expect("asked");
+        assert_eq!(v, None, "{flavor:?} refused {ok:?}");
+    }
+    for (bad, why) in [
+        ("+nosuchcommand", "nosuchcommand"),
+        ("+@nosuchcategory", "nosuchcategory"),
+        ("~* bogus-rule", "bogus-rule"),
+        ("+get|x|y", ""),
+    ] {
+        let v = commands::check_user_rules(&op, &a, "t2", &rules(bad))
+            .await
+            .expect("asked");
+        let Some(reason) = v else {
+            panic!("{flavor:?} accepted {bad:?}");
+        };
+        assert!(reason.contains(why), "{flavor:?} {bad:?}: {reason}");
+    }
+    let users: Vec<String> = op
+        .query(&a, redis::cmd("ACL").arg("USERS"))
+        .await
+        .expect("ACL USERS");
+    assert!(
+        !users.iter().any(|u| u.starts_with(acl::CHECK_USER_PREFIX)),
+        "{users:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_valkey9_user_rules_checked_by_the_server() {
+    check_rules(Flavor::V9).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_valkey8_user_rules_checked_by_the_server() {
+    check_rules(Flavor::V8).await;
+}
+
+/// On a replica, `ACL LOAD` crashes Valkey 8.0 (valkey-io/valkey#1832; `acl_load_unsafe`
+/// says so from the version); `acl_apply` brings the replica to the file's rules without it:
+/// users added, changed and removed, the revision marker verified, the replication link kept.
+async fn apply_on_replica(flavor: Flavor, load_crashes: bool) {
+    init_tracing();
+    let mut servers = start_servers(flavor, 2, None);
+    let op = operator_pool(None);
+    let addrs: Vec<String> = servers.iter().map(Server::addr).collect();
+    form_cluster(&op, &addrs[..1], &addrs[1..]).await;
+    let replica = &addrs[1];
+    let synced = || async {
+        commands::observe_node(&op, replica)
+            .await
+            .ok()?
+            .replication?
+            .is_synced_replica()
+            .then_some(())
+    };
+    eventually("replica synced", std::time::Duration::from_secs(20), synced).await;
+    let info = commands::observe_node(&op, replica).await.expect("observe");
+    let version = info.server.expect("server info").version;
+    assert_eq!(
+        commands::acl_load_unsafe(version),
+        load_crashes,
+        "{version:?}"
+    );
+
+    let mut lines = acl_lines(flavor, "rev2");
+    lines.retain(|l| !l.starts_with(&format!("user {APP_USER} ")));
+    lines.push("user extra reset on >extra-pw ~* +get".into());
+    let content = lines.join("\n") + "\n";
+    assert_eq!(
+        commands::acl_apply(&op, replica, &content, "rev2")
+            .await
+            .expect("apply"),
+        AclLoadOutcome::Loaded
+    );
+    assert_eq!(
+        commands::acl_apply(&op, replica, &content, "rev2")
+            .await
+            .expect("apply"),
+        AclLoadOutcome::AlreadyCurrent
+    );
+    let users: Vec<String> = op
+        .query(replica, redis::cmd("ACL").arg("USERS"))
+        .await
+        .expect("users");
+    assert!(users.iter().any(|u| u == "extra"), "{users:?}");
+    assert!(!users.iter().any(|u| u == APP_USER), "{users:?}");
+    let extra = pool_for("extra", "extra-pw", None);
+    // A replica answers GET with MOVED: the user is authenticated and allowed.
+    match extra
+        .query::<Option<String>>(replica, redis::cmd("GET").arg("k"))
+        .await
+    {
+        Ok(_) => {}
+        Err(e) => assert_eq!(e.server_code(), Some("MOVED"), "extra on the replica: {e}"),
+    }
+    eventually(
+        "replica still synced",
+        std::time::Duration::from_secs(20),
+        synced,
+    )
+    .await;
+
+    if load_crashes {
+        // Shows why: the same file through ACL LOAD kills the replica.
+        let changed = content.replace("+get", "+get +set").replace("rev2", "rev3");
+        std::fs::write(servers[1].acl_path(), changed).expect("write");
+        let _ = op
+            .query::<redis::Value>(replica, redis::cmd("ACL").arg("LOAD"))
+            .await;
+        // The server writes a crash report naming the function.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !servers[1].log().contains("crashed by signal")
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let log = servers[1].log();
+        assert!(
+            log.contains("crashed by signal") && log.contains("ACLLoadFromFile"),
+            "ACL LOAD no longer crashes {version:?} replicas"
+        );
+        servers[1].kill();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_valkey8_acl_apply_on_a_replica_without_acl_load() {
+    apply_on_replica(Flavor::V8, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_valkey9_acl_apply_on_a_replica() {
+    apply_on_replica(Flavor::V9, false).await;
+}

@@ -101,3 +101,64 @@ async fn real_valkey8_tls_wildcard_or_ip_certificates() {
         assert!(!e.is_name_mismatch(), "{sans:?}: {e:?}");
     }
 }
+
+/// The certificate of a PEM file, as DER.
+fn der_of(pem_path: &str) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let pem = std::fs::read(pem_path).expect("read PEM");
+    CertificateDer::from_pem_slice(&pem)
+        .expect("a certificate")
+        .to_vec()
+}
+
+/// Certificate rotation on a running server: the served certificate is read from a handshake;
+/// new files are served only after `CONFIG SET tls-*-file` (same paths); a key that does not
+/// match the certificate is refused and the server keeps serving what it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_valkey8_tls_certificate_reload() {
+    use valkey_ops::tls::{fingerprint, served_certificate};
+    init_tracing();
+    let a = TlsFiles::generate();
+    let servers = start_servers(Flavor::V8, 1, Some(&a));
+    let addr = servers[0].addr();
+    let pool = operator_pool(Some(&a));
+    let t = Duration::from_secs(3);
+    let served = || async { fingerprint(&served_certificate(&addr, t).await.expect("served")) };
+    let fa = fingerprint(&der_of(&a.path("tls.crt")));
+    assert_eq!(served().await, fa);
+
+    let files = [
+        ("tls-cert-file", a.path("tls.crt")),
+        ("tls-key-file", a.path("tls.key")),
+        ("tls-ca-cert-file", a.path("ca.crt")),
+    ];
+    let files: Vec<(&str, &str)> = files.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let b = TlsFiles::generate();
+    let fb = fingerprint(&der_of(&b.path("tls.crt")));
+    // Only the key replaced: the pair does not match, the reload is refused, A is still served.
+    std::fs::copy(b.path("tls.key"), a.path("tls.key")).expect("copy");
+    let e = commands::tls_reload(&pool, &addr, &files)
+        .await
+        .unwrap_err();
+    assert!(!e.to_string().is_empty());
+    assert_eq!(served().await, fa);
+
+    // The new pair and a CA bundle with both CAs: served only once reloaded.
+    std::fs::copy(b.path("tls.crt"), a.path("tls.crt")).expect("copy");
+    let bundle = [a.ca_pem.clone(), b.ca_pem.clone()].concat();
+    std::fs::write(a.path("ca.crt"), &bundle).expect("write");
+    assert_eq!(served().await, fa);
+    commands::tls_reload(&pool, &addr, &files)
+        .await
+        .expect("reload");
+    assert_eq!(served().await, fb);
+    // A client trusting only the new CA now connects.
+    let cfg = ClientConfig::new("_operator", OPERATOR_PASSWORD)
+        .with_tls(b.ca_pem.clone(), Some(TLS_SERVER_NAME.into()));
+    let mut c = client::connect(&addr, &cfg).await.expect("new CA");
+    let pong: String = c.query(&redis::cmd("PING")).await.expect("PING");
+    assert_eq!(pong, "PONG");
+    // A plain address is refused by the probe.
+    assert!(served_certificate("localhost:1", t).await.is_err());
+}

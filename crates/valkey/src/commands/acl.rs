@@ -50,6 +50,8 @@ pub const OPERATOR_COMMANDS: &[&str] = &[
     "+acl|users",
     "+acl|getuser",
     "+acl|whoami",
+    "+acl|setuser",
+    "+acl|deluser",
     "+info",
     "+ping",
     "+echo",
@@ -186,6 +188,48 @@ pub fn revision_marker_line(revision: &str) -> String {
     format!("user {REVISION_MARKER_PREFIX}{revision} reset off resetchannels -@all")
 }
 
+/// Prefix of the scratch users [`check_user_rules`] creates (reserved: users cannot start
+/// with `_`).
+pub const CHECK_USER_PREFIX: &str = "_check-";
+
+/// Whether the server at `addr` accepts the ACL `rules` (tokens as in an ACL file line after
+/// the user name): they are set on a disabled scratch user `_check-<tag>` (`ACL SETUSER`
+/// applies all rules or none), which is then deleted. `Ok(None)` when accepted,
+/// `Ok(Some(reason))` with the server's reason when refused; `Err` when the server could not
+/// be asked (nothing is concluded).
+pub async fn check_user_rules(
+    pool: &NodePool,
+    addr: &str,
+    tag: &str,
+    rules: &[String],
+) -> Result<Option<String>> {
+    let scratch = format!("{CHECK_USER_PREFIX}{tag}");
+    let mut set = redis::cmd("ACL");
+    set.arg("SETUSER").arg(&scratch).arg("reset").arg("off");
+    for r in rules {
+        set.arg(r);
+    }
+    let verdict = match pool.query::<redis::Value>(addr, &set).await {
+        Ok(_) => None,
+        // NOPERM: this operator user may not create users (an ACL file of an older
+        // operator): nothing is concluded.
+        Err(crate::client::ClientError::Server { source, .. })
+            if source.code() != Some("NOPERM") =>
+        {
+            Some(
+                source
+                    .detail()
+                    .map_or_else(|| source.to_string(), str::to_owned),
+            )
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let _: redis::Value = pool
+        .query(addr, redis::cmd("ACL").arg("DELUSER").arg(&scratch))
+        .await?;
+    Ok(verdict)
+}
+
 /// Outcome of [`acl_load`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AclLoadOutcome {
@@ -221,6 +265,69 @@ pub async fn acl_load(
         Some(r) if r == expected_revision => Ok(AclLoadOutcome::Loaded),
         found => Err(CommandError::NotReady(format!(
             "ACL file on {addr} has revision {found:?}, expected {expected_revision:?} (file not updated yet)"
+        ))),
+    }
+}
+
+/// Whether `ACL LOAD` may crash a replica of this server version: Valkey 8.0 and 8.1.0
+/// dereference the primary link's client, which has no user, while reloading (valkey-io/valkey
+/// issue 1832, fixed by pull request 1842); on these versions [`acl_apply`] is used instead.
+pub fn acl_load_unsafe(version: crate::Version) -> bool {
+    version.major == 8 && (version.minor == 0 || (version.minor == 1 && version.patch == 0))
+}
+
+/// The user names and rule tokens of an ACL file's `user` lines.
+pub fn parse_acl_lines(content: &str) -> Vec<(&str, Vec<&str>)> {
+    content
+        .lines()
+        .filter_map(|l| {
+            let mut t = l.split_whitespace();
+            (t.next()? == "user").then_some(())?;
+            let name = t.next()?;
+            Some((name, t.collect()))
+        })
+        .collect()
+}
+
+/// Applies an ACL file's `content` to the node at `addr` without `ACL LOAD` (see
+/// [`acl_load_unsafe`]): `ACL SETUSER` of every user line (each begins with `reset`, so a user
+/// ends with exactly the file's rules), then `ACL DELUSER` of every other user, unless
+/// `expected_revision` (the file's marker user) is already active; then verifies it.
+pub async fn acl_apply(
+    pool: &NodePool,
+    addr: &str,
+    content: &str,
+    expected_revision: &str,
+) -> Result<AclLoadOutcome> {
+    if loaded_revision(pool, addr).await?.as_deref() == Some(expected_revision) {
+        return Ok(AclLoadOutcome::AlreadyCurrent);
+    }
+    let lines = parse_acl_lines(content);
+    for (name, rules) in &lines {
+        let mut set = redis::cmd("ACL");
+        set.arg("SETUSER").arg(*name);
+        for r in rules {
+            set.arg(*r);
+        }
+        let _: redis::Value = pool.query(addr, &set).await?;
+    }
+    let users: Vec<String> = pool.query(addr, redis::cmd("ACL").arg("USERS")).await?;
+    let gone: Vec<&String> = users
+        .iter()
+        .filter(|u| u.as_str() != "default" && !lines.iter().any(|(n, _)| n == u))
+        .collect();
+    if !gone.is_empty() {
+        let mut del = redis::cmd("ACL");
+        del.arg("DELUSER");
+        for u in gone {
+            del.arg(u);
+        }
+        let _: redis::Value = pool.query(addr, &del).await?;
+    }
+    match loaded_revision(pool, addr).await? {
+        Some(r) if r == expected_revision => Ok(AclLoadOutcome::Loaded),
+        found => Err(CommandError::NotReady(format!(
+            "ACL of {addr} has revision {found:?} after applying {expected_revision:?}"
         ))),
     }
 }

@@ -73,6 +73,20 @@ pub async fn config_set(
     Ok(changes.iter().map(|(k, _)| (*k).to_owned()).collect())
 }
 
+/// Reloads the TLS certificate, key and CA bundle of the node at `addr` from `files`
+/// (`tls-cert-file`, `tls-key-file`, `tls-ca-cert-file` and their paths): a `CONFIG SET` of
+/// these parameters re-reads the files even when the paths are unchanged, and new connections
+/// use them. The server keeps its previous TLS context when the files are not a valid pair.
+pub async fn tls_reload(pool: &NodePool, addr: &str, files: &[(&str, &str)]) -> Result<()> {
+    let mut set = redis::cmd("CONFIG");
+    set.arg("SET");
+    for (k, v) in files {
+        set.arg(*k).arg(*v);
+    }
+    let _: redis::Value = pool.query(addr, &set).await?;
+    Ok(())
+}
+
 /// `WAIT numreplicas timeout` on the node at `addr`: blocks until the writes made on this
 /// connection are acknowledged by `numreplicas` replicas or `timeout` passes. Returns the
 /// number of replicas that acknowledged.

@@ -19,8 +19,11 @@ use crate::client::{ClientError, NodePool};
 use crate::error::ParseError;
 use crate::model::{ClusterNode, ClusterNodes};
 
-pub use acl::{AclLoadOutcome, SystemUsers, acl_load, acl_revision, system_acl_rules};
-pub use config::{config_set, wait_replicas};
+pub use acl::{
+    AclLoadOutcome, SystemUsers, acl_apply, acl_load, acl_load_unsafe, acl_revision,
+    check_user_rules, system_acl_rules,
+};
+pub use config::{config_set, tls_reload, wait_replicas};
 pub use migrate::{
     AtomicMove, KeyMigrationOptions, OpenSlot, count_keys_in_slots, finish_open_slots,
     get_slot_migrations, migrate_slot_keys, migrate_slots_atomic, open_slots,
