@@ -209,6 +209,10 @@ pub struct ValkeyClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_config: Option<AcceptedConfig>,
 
+    /// With TLS: the certificate of the TLS Secret and how many pods serve it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::status::TlsStatus>,
+
     /// The `spec.image` and `spec.config` the dry run refused, and why (see the
     /// ConfigurationWarning condition, reason InvalidConfig).
     #[serde(default, skip_serializing_if = "Option::is_none")]

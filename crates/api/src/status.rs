@@ -170,6 +170,11 @@ pub mod event {
     pub const LIVE_CONFIG_APPLY_FAILED: &str = "LiveConfigApplyFailed";
     /// On a ValkeyNode: loading the ACL failed (Warning).
     pub const LIVE_ACL_APPLY_FAILED: &str = "LiveACLApplyFailed";
+    /// A user is held out of the ACL file: its password Secret or key is missing, or Valkey
+    /// refuses its rules (Warning).
+    pub const USERS_ACL_ERROR: &str = "UsersACLError";
+    /// On a ValkeyNode: reloading the TLS certificate failed (Warning).
+    pub const TLS_RELOAD_FAILED: &str = "TLSReloadFailed";
 }
 
 /// Condition types of a ValkeyNode (see the status contract).
@@ -186,6 +191,8 @@ pub mod node_condition {
     pub const LIVE_CONFIG_APPLIED: &str = "LiveConfigApplied";
     /// The ACL revision is loaded on the pod.
     pub const ACL_APPLIED: &str = "ACLApplied";
+    /// The pod serves the TLS Secret's certificate and has loaded its CA bundle.
+    pub const TLS_CERTIFICATE_APPLIED: &str = "TLSCertificateApplied";
 }
 
 /// Condition reasons of a ValkeyNode (see the status contract).
@@ -234,6 +241,21 @@ pub enum ClusterState {
 
 /// The image and settings a server dry run accepted: the pods are rendered from these while a
 /// newer `spec.image` or `spec.config` is being checked or was refused.
+/// The TLS certificate the pods serve (`status.tls`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsStatus {
+    /// SHA-256 fingerprint (hex) of the certificate in `tls.crt` of the TLS Secret.
+    pub certificate_sha256: String,
+    /// Pods that serve this certificate (read from a TLS handshake with each pod) and have
+    /// reloaded the Secret's files. Below `pods` while a rotation propagates: the kubelet
+    /// updates a pod's mounted Secret within about a minute, and the operator then reloads it
+    /// with `CONFIG SET tls-cert-file ...` (no restart).
+    pub serving_pods: i32,
+    /// Pods of the cluster.
+    pub pods: i32,
+}
+
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct AcceptedConfig {

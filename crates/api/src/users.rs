@@ -12,6 +12,9 @@ pub const UNIQUE_NAMES_MESSAGE: &str =
 /// Message: reserved `_` prefix.
 pub const RESERVED_NAME_MESSAGE: &str = "spec.users[].name must not start with '_' \
      (reserved for operator-managed system users): rename the user";
+/// Message: the name `default`.
+pub const DEFAULT_USER_MESSAGE: &str = "spec.users[].name must not be 'default': the operator \
+     disables Valkey's default user (clients authenticate as a named user); rename the user";
 /// Message: invalid characters.
 pub const NAME_FORMAT_MESSAGE: &str = "spec.users[].name must start with a letter or digit and \
      contain only letters, digits, '.', '_', '@', ':' or '-' (no spaces): rename the user";
@@ -33,9 +36,11 @@ pub const PERMISSIONS_MESSAGE: &str =
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!(has(self.passwordSecret) && has(self.nopass) && self.nopass)").message(PASSWORD_EXCLUSIVE_MESSAGE))]
 pub struct UserSpec {
-    /// ACL user name. Names starting with `_` are reserved for the operator's system users.
+    /// ACL user name. Names starting with `_` are reserved for the operator's system users, and
+    /// `default` (Valkey's default user) is disabled by the operator.
     #[schemars(length(min = 1, max = 128))]
     #[x_kube(validation = Rule::new("!self.startsWith('_')").message(RESERVED_NAME_MESSAGE))]
+    #[x_kube(validation = Rule::new("self != 'default'").message(DEFAULT_USER_MESSAGE))]
     #[x_kube(validation = Rule::new("self.startsWith('_') || self.matches('^[A-Za-z0-9][A-Za-z0-9._@:-]*$')").message(NAME_FORMAT_MESSAGE))]
     pub name: String,
 

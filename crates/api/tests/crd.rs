@@ -94,6 +94,7 @@ fn every_documented_rule_is_present() {
         scheduling::ZONE_COLLISION_MESSAGE,
         users::UNIQUE_NAMES_MESSAGE,
         users::RESERVED_NAME_MESSAGE,
+        users::DEFAULT_USER_MESSAGE,
         users::NAME_FORMAT_MESSAGE,
         users::PASSWORD_EXCLUSIVE_MESSAGE,
         users::PASSWORD_KEYS_MESSAGE,

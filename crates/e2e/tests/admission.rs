@@ -385,6 +385,11 @@ fn cases() -> Vec<Case> {
             users::RESERVED_NAME_MESSAGE,
         ),
         bad(
+            "user-named-default",
+            with_users(json!([user("default")])),
+            users::DEFAULT_USER_MESSAGE,
+        ),
+        bad(
             "user-name-space",
             with_users(json!([user("a b")])),
             users::NAME_FORMAT_MESSAGE,

@@ -55,7 +55,13 @@ async fn apply_cluster_objects(client: &Client, vc: &ValkeyCluster) -> anyhow::R
         &render::secrets::system_secret(&name, NS, &passwords, None),
     )
     .await?;
-    let acl = render::acl::render_acl_file(spec, &passwords, &Default::default());
+    let acl = render::acl::render_acl_file(
+        spec,
+        &passwords,
+        &Default::default(),
+        &Default::default(),
+        None,
+    );
     apply(
         client,
         &render::secrets::acl_secret(&name, NS, &acl.content, None),

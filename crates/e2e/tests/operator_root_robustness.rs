@@ -1,5 +1,5 @@
 //! End-to-end (needs root): what a user can get wrong does not break a running cluster, on
-//! localkube with real Valkey pods, three clusters at once in one environment.
+//! localkube with real Valkey pods, four clusters at once in one environment.
 //!
 //! 1. Config poison (`poison`, 1 × 1 on `valkey/valkey:8.0.1`, under a `SET` + `WAIT 1`
 //!    writer): an unknown key, a bad value and a key only Valkey 9 knows are each refused by
@@ -13,6 +13,12 @@
 //!    ValkeyNodes report `PersistentVolumeClaimResizeInfeasible`, the cluster
 //!    ConfigurationWarning/Degraded `ResizeInfeasible`, and a pod-template change made in the
 //!    same edit still rolls.
+//! 5. Users that cannot break the cluster (`users`, 1 × 1 on the default Valkey 9 image): a
+//!    user whose rules Valkey refuses (`+nosuchcommand`, checked by a server of the cluster on
+//!    a disabled scratch user) and a user whose password Secret does not exist are held out of
+//!    the ACL file, named in Ready=False `UsersACLError` and one Warning event, while a third
+//!    new user is created in the same edit; a restarted pod loads the file; a user whose Secret
+//!    goes missing keeps its previous password; once fixed the cluster is Ready.
 //! 4. No log spam: while `fixed` and `poison-new` are stuck, each logs at most one line in a
 //!    minute after its first ones (lines counted per cluster by the operator's log filter).
 //!
@@ -308,6 +314,170 @@ async fn new_cluster_refused(client: &Client, name: &str) -> anyhow::Result<()> 
 }
 
 /// Scenario 3 (+ its part of 4).
+/// Whether `user` authenticates with `password` on every pod of cluster `name`.
+async fn authenticates_as(
+    client: &Client,
+    name: &str,
+    user: &str,
+    password: &str,
+) -> anyhow::Result<Vec<bool>> {
+    authenticates(
+        client,
+        name,
+        &valkey_ops::client::ClientConfig::new(user, password),
+    )
+    .await
+}
+
+/// Whether Ready is False with `UsersACLError` and a message containing every one of `needles`.
+fn users_held(vc: &ValkeyCluster, needles: &[&str]) -> bool {
+    vc.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| {
+            c.type_ == condition::READY
+                && c.status == "False"
+                && c.reason == reason::USERS_ACL_ERROR
+                && needles.iter().all(|n| c.message.contains(n))
+        })
+    })
+}
+
+/// Scenario 5.
+async fn users_cannot_break(client: &Client, name: &str) -> anyhow::Result<()> {
+    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
+    let pods = pod_identities(client, name).await?;
+    let secret = format!("{name}-app");
+    let user = |n: &str, extra: serde_json::Value| {
+        let mut u = serde_json::json!({"name": n});
+        if let (Some(u), Some(e)) = (u.as_object_mut(), extra.as_object()) {
+            u.extend(e.clone());
+        }
+        u
+    };
+    let app = user(
+        "app",
+        serde_json::json!({"passwordSecret": {"name": secret, "keys": ["password"]}, "permissions": "+@all ~* &*"}),
+    );
+    let reader = user(
+        "reader",
+        serde_json::json!({"passwordSecret": {"name": secret, "keys": ["password"]},
+                           "commands": {"allow": ["@read", "@connection"]}, "keys": {"readOnly": ["*"]}}),
+    );
+    let bad = user(
+        "bad",
+        serde_json::json!({"passwordSecret": {"name": secret, "keys": ["password"]}, "permissions": "+nosuchcommand ~*"}),
+    );
+    let ghost = user(
+        "ghost",
+        serde_json::json!({"passwordSecret": {"name": "no-such-secret", "keys": ["password"]}, "permissions": "+get"}),
+    );
+    let started = Instant::now();
+    patch_spec(
+        client,
+        name,
+        serde_json::json!({"users": [app.clone(), reader, bad, ghost]}),
+    )
+    .await?;
+    let vc = wait_cluster(
+        client,
+        name,
+        "UsersACLError naming bad and ghost",
+        Duration::from_secs(60),
+        |vc| users_held(vc, &["\"bad\"", "nosuchcommand", "no-such-secret"]),
+    )
+    .await?;
+    eprintln!(
+        "MEASURE users: a refused rule and a missing Secret reported in {:.1}s: {:?}",
+        started.elapsed().as_secs_f64(),
+        vc.status.as_ref().and_then(|s| s.message.clone())
+    );
+    // The good new user is created meanwhile; the held ones are not.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !authenticates_as(client, name, "reader", PW)
+        .await?
+        .iter()
+        .all(|ok| *ok)
+    {
+        ensure!(Instant::now() < deadline, "user reader was not created");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    eprintln!(
+        "MEASURE users: the valid new user works on every pod after {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    for held in ["bad", "ghost"] {
+        ensure!(
+            authenticates_as(client, name, held, PW)
+                .await?
+                .iter()
+                .all(|ok| !*ok),
+            "held user {held} authenticates"
+        );
+    }
+    ensure!(
+        pod_identities(client, name).await? == pods,
+        "pods restarted"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ensure!(
+        warning_events(client, name, reason::USERS_ACL_ERROR).await? == 1,
+        "not exactly one UsersACLError event"
+    );
+    // A restarted pod loads the ACL file (Valkey refuses to start on a file it rejects).
+    let replica = pods
+        .keys()
+        .find(|p| p.ends_with("-0-1-0") || p.contains("-0-1"))
+        .context("the replica pod")?
+        .clone();
+    Api::<Pod>::namespaced(client.clone(), NS)
+        .delete(&replica, &Default::default())
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let now = pod_identities(client, name).await?;
+        if now.get(&replica).is_some_and(|n| n.0 != pods[&replica].0)
+            && authenticates_as(client, name, "reader", PW)
+                .await
+                .is_ok_and(|v| v.len() == 2 && v.iter().all(|ok| *ok))
+        {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the restarted pod did not serve the users"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // app's Secret goes missing: app keeps its previous password.
+    let mut moved = app.clone();
+    moved["passwordSecret"]["name"] = serde_json::json!("gone-secret");
+    patch_spec(client, name, serde_json::json!({"users": [moved]})).await?;
+    wait_cluster(
+        client,
+        name,
+        "app keeps its previous rules",
+        Duration::from_secs(60),
+        |vc| users_held(vc, &["gone-secret", "keeps its previous rules"]),
+    )
+    .await?;
+    ensure!(
+        authenticates_as(client, name, "app", PW)
+            .await?
+            .iter()
+            .all(|ok| *ok),
+        "app lost its password"
+    );
+    patch_spec(client, name, serde_json::json!({"users": [app]})).await?;
+    wait_ready(client, name, 1, Duration::from_secs(60)).await?;
+    ensure!(
+        authenticates_as(client, name, "reader", PW)
+            .await?
+            .iter()
+            .all(|ok| !*ok),
+        "the removed user reader still authenticates"
+    );
+    Ok(())
+}
+
 async fn resize_infeasible(client: &Client, name: &str) -> anyhow::Result<()> {
     wait_ready(client, name, 1, Duration::from_secs(300)).await?;
     let pods0 = pod_identities(client, name).await?;
@@ -464,8 +634,8 @@ async fn operator_root_config_poison_resize_infeasible_and_log_volume() -> anyho
     };
     let client = fx.client.clone();
     let class = fixed_size_class(&client).await?;
-    let (poison, fresh, fixed) = ("poison", "poison-new", "fixed");
-    for n in [poison, fresh, fixed] {
+    let (poison, fresh, fixed, users) = ("poison", "poison-new", "fixed", "users");
+    for n in [poison, fresh, fixed, users] {
         create_user_secret(&client, &format!("{n}-app"), PW).await?;
     }
     create_cluster_with(
@@ -492,14 +662,17 @@ async fn operator_root_config_poison_resize_infeasible_and_log_volume() -> anyho
         serde_json::json!({"persistence": {"size": "1Gi", "storageClassName": class}}),
     )
     .await?;
-    let (r1, r2, r3) = tokio::join!(
+    create_cluster(&client, users, 1, 1).await?;
+    let (r1, r2, r3, r4) = tokio::join!(
         config_poison(&client, poison),
         new_cluster_refused(&client, fresh),
         resize_infeasible(&client, fixed),
+        users_cannot_break(&client, users),
     );
     r1.context("config poison")?;
     r2.context("new cluster with a refused setting")?;
     r3.context("resize infeasible")?;
+    r4.context("users that cannot break the cluster")?;
     fx.stop().await;
     eprintln!("MEASURE test wall time: {:.1}s", t0.elapsed().as_secs_f64());
     Ok(())

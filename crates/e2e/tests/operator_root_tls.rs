@@ -8,6 +8,10 @@
 //! refuses plain TCP and serves a client that verifies the certificate by that name; every
 //! exporter reports `redis_up 1` over TLS. Then, under a continuous `SET` + `WAIT 1` writer
 //! over TLS: a rolling update, and a SIGKILL of a primary; no acknowledged write is lost.
+//! A certificate from another CA is reported. Then, under a new writer: a certificate rotation
+//! to a new CA (reloaded on every pod, no restart) and a password rotation (a second key valid
+//! together with the first; then the first removed); a replica pod deleted after the
+//! certificate rotation rejoins with the new files.
 //!
 //! Measured times are printed as `MEASURE …` lines.
 
@@ -97,6 +101,44 @@ async fn check_tls_topology(client: &Client, ca: &[u8], shards: usize) -> anyhow
         "{primaries} primaries, {replicas} replicas"
     );
     Ok(())
+}
+
+/// Waits until `status.tls` shows certificate `sha256` served by all 6 pods; on timeout the
+/// error shows `status.tls` and every ValkeyNode's `TLSCertificateApplied` condition.
+async fn wait_tls(client: &Client, sha256: &str, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    let clusters: Api<valkey_api::ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    loop {
+        let tls = clusters.get(NAME).await?.status.and_then(|s| s.tls);
+        if tls
+            .as_ref()
+            .is_some_and(|t| t.certificate_sha256 == sha256 && (t.serving_pods, t.pods) == (6, 6))
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let nodes: Api<valkey_api::ValkeyNode> = Api::namespaced(client.clone(), NS);
+            let conditions: Vec<String> = nodes
+                .list(&Default::default())
+                .await?
+                .items
+                .iter()
+                .flat_map(|n| {
+                    let name = n.name_any();
+                    n.status
+                        .iter()
+                        .flat_map(|s| s.conditions.iter())
+                        .filter(|c| c.type_ == "TLSCertificateApplied")
+                        .map(move |c| format!("{name}: {} {} {}", c.status, c.reason, c.message))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            anyhow::bail!(
+                "not every pod serves certificate {sha256}: status.tls {tls:?}; {conditions:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -271,6 +313,135 @@ async fn operator_root_tls_cluster_with_a_service_certificate() -> anyhow::Resul
         |vc| condition_true(vc, "Degraded").is_none(),
     )
     .await?;
+
+    // Certificate rotation under a TLS writer: a certificate from a new CA, with ca.crt a
+    // bundle of the old and the new CA, is reloaded on every pod (no restart, no lost write);
+    // status.tls says when every pod serves it; a client trusting only the new CA then works.
+    let writer = Writer::start(&client, NAME, PW, 1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pods = pod_identities(&client, NAME).await?;
+    let next = valkey_testkit::TlsFiles::generate_for(&[
+        &format!("*.{svc}"),
+        &format!("*.{svc}.cluster.local"),
+    ]);
+    let leaf = |files: &valkey_testkit::TlsFiles| -> anyhow::Result<String> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let der = CertificateDer::from_pem_slice(&std::fs::read(files.path("tls.crt"))?)?;
+        Ok(valkey_ops::tls::fingerprint(&der))
+    };
+    let want = leaf(&next)?;
+    let first = leaf(&tls)?;
+    wait_tls(&client, &first, Duration::from_secs(30)).await?;
+    let mut rotated = swap(&next)?;
+    rotated["data"]["ca.crt"] = serde_json::to_value(ByteString(
+        [tls.ca_pem.clone(), next.ca_pem.clone()].concat(),
+    ))?;
+    let started = Instant::now();
+    secrets
+        .patch("tls-certs", &PatchParams::default(), &Patch::Merge(rotated))
+        .await?;
+    wait_tls(&client, &want, Duration::from_secs(90)).await?;
+    eprintln!(
+        "MEASURE tls certificate rotation: every pod serves the new certificate after {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    for p in pods_of(&client, NAME).await? {
+        let addr = format!("{}:6379", pod_ip(&p).context("pod IP")?);
+        let der = valkey_ops::tls::served_certificate(&addr, Duration::from_secs(3)).await?;
+        ensure!(
+            valkey_ops::tls::fingerprint(&der) == want,
+            "{} serves another certificate",
+            p.name_any()
+        );
+    }
+    ensure!(
+        pod_identities(&client, NAME).await? == pods,
+        "pods restarted for the certificate rotation"
+    );
+    check_tls_topology(&client, &next.ca_pem, 3).await?;
+    wait_ready(&client, NAME, 3, Duration::from_secs(60)).await?;
+
+    // A pod started after the rotation (it loads the new files) rejoins over TLS: its
+    // replication and bus connections verify the peers with the CA bundle.
+    let replica = tls_roles(&client, &next.ca_pem)
+        .await?
+        .into_iter()
+        .find(|(_, primary)| !primary)
+        .map(|(pod, _)| pod)
+        .context("no replica")?;
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS)
+        .delete(&replica, &Default::default())
+        .await?;
+    let restarted = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_ready(&client, NAME, 3, Duration::from_secs(180)).await?;
+    check_tls_topology(&client, &next.ca_pem, 3).await?;
+    eprintln!(
+        "MEASURE tls: a replica pod deleted after the rotation is back in {:.1}s",
+        restarted.elapsed().as_secs_f64()
+    );
+
+    // Password rotation under the same writer: a second key is valid together with the first,
+    // then the first is removed.
+    const PW2: &str = "tls-app-pw-2";
+    let users = |keys: &[&str]| {
+        serde_json::json!({"users": [{
+            "name": "app",
+            "passwordSecret": {"name": format!("{NAME}-app"), "keys": keys},
+            "permissions": "+@all ~* &*"
+        }]})
+    };
+    let accepts = |password: &'static str| {
+        let cfg = ClientConfig::new("app", password).with_tls_names(
+            next.ca_pem.clone(),
+            vec![format!("check.valkey-{NAME}.{NS}.svc")],
+        );
+        let client = client.clone();
+        async move { authenticates(&client, NAME, &cfg).await }
+    };
+    // Waits until every pod accepts `password` (or refuses it, `accepted` false) while `other`
+    // keeps working; returns the seconds it took.
+    let switch = |password: &'static str, accepted: bool, other: &'static str| async move {
+        let started = Instant::now();
+        loop {
+            let (mine, others) = (accepts(password).await?, accepts(other).await?);
+            if mine.iter().all(|ok| *ok == accepted) {
+                ensure!(
+                    others.iter().all(|ok| *ok),
+                    "{other} stopped working: {others:?}"
+                );
+                return anyhow::Ok(started.elapsed().as_secs_f64());
+            }
+            ensure!(
+                started.elapsed() < Duration::from_secs(60),
+                "{password} accepted={accepted} not reached everywhere: {mine:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    secrets
+        .patch(
+            &format!("{NAME}-app"),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"stringData": {"password2": PW2}})),
+        )
+        .await?;
+    patch_spec(&client, NAME, users(&["password", "password2"])).await?;
+    let took = switch(PW2, true, PW).await?;
+    eprintln!(
+        "MEASURE password rotation: a second key valid on every pod after {took:.1}s (the first still valid)"
+    );
+    let (acked, gap) = writer
+        .stop_and_check(&client, NAME, PW, "certificate and password rotation")
+        .await?;
+    eprintln!(
+        "MEASURE tls rotation: {acked} acknowledged writes, none lost; longest write gap {:.2}s",
+        gap.as_secs_f64()
+    );
+    patch_spec(&client, NAME, users(&["password2"])).await?;
+    let took = switch(PW, false, PW2).await?;
+    eprintln!("MEASURE password rotation: the first key refused on every pod after {took:.1}s");
 
     fx.stop().await;
     eprintln!("MEASURE test wall time: {:.1}s", t0.elapsed().as_secs_f64());

@@ -979,3 +979,36 @@ pub async fn wait_writable(
     }
     bail!("slots not writable after {timeout:?}: {last}")
 }
+
+/// Whether a connection with `cfg` authenticates on every pod of cluster `name`, one entry per
+/// pod: an authentication error is `false`; another error (a pod restarting) is retried, then
+/// fails.
+pub async fn authenticates(
+    client: &Client,
+    name: &str,
+    cfg: &valkey_ops::client::ClientConfig,
+) -> anyhow::Result<Vec<bool>> {
+    use valkey_ops::client::{self, ClientError};
+    let mut out = Vec::new();
+    for p in pods_of(client, name).await? {
+        let addr = format!("{}:6379", pod_ip(&p).context("pod IP")?);
+        let mut tries = 0;
+        let ok = loop {
+            match client::connect(&addr, cfg).await {
+                Ok(_) => break true,
+                Err(ClientError::Auth { .. }) => break false,
+                Err(e) if tries >= 10 => {
+                    let statuses = p.status.as_ref().map(|s| &s.container_statuses);
+                    return Err(anyhow::anyhow!(
+                        "{e}; pod {}: {statuses:?}",
+                        kube::ResourceExt::name_any(&p)
+                    ));
+                }
+                Err(_) => tries += 1,
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        out.push(ok);
+    }
+    Ok(out)
+}

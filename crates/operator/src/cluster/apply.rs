@@ -283,9 +283,9 @@ pub async fn apply_all(
             &observed.system_backup_secret,
         ),
     ];
-    match &desired.acl {
-        Ok((_, secret)) => secret_children.push((Child::UsersAcl, secret, &observed.acl_secret)),
-        Err(e) => report.failure = Some(e.failure()),
+    secret_children.push((Child::UsersAcl, &desired.acl.1, &observed.acl_secret));
+    if let Some(e) = &desired.acl_problem {
+        report.failure = Some(e.failure());
     }
     for (child, obj, seen) in secret_children {
         let r = apply(&secrets, obj, seen.as_ref(), child.exact()).await;

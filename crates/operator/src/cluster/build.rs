@@ -9,24 +9,26 @@ use valkey_api::{ValkeyCluster, ValkeyNode};
 
 use super::config_gate::Gate;
 use super::observe::Observed;
+use super::observe::RulesVerdict;
 use crate::render;
-use crate::render::acl::{AclError, AclFile, render_acl_file, resolve_user_passwords};
+use crate::render::acl::{AclFile, previous_line, render_acl_file, resolve_user_passwords};
 use crate::render::valkeynode::valkey_nodes;
 use crate::status::{Child, ChildFailure};
 
-/// Why an object could not be built.
+/// Why an object could not be built as the spec asks.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    /// A user's password Secret or key is missing: the ACL Secret is not rewritten.
-    #[error(transparent)]
-    UserPasswords(#[from] AclError),
+    /// Users held out of the ACL file (a missing password Secret or key, or rules Valkey
+    /// refuses): each keeps its previous rules or is left out; every other user is written.
+    #[error("{0}")]
+    HeldUsers(String),
 }
 
 impl BuildError {
     /// As the child failure the status reports.
     pub fn failure(&self) -> ChildFailure {
         match self {
-            Self::UserPasswords(e) => ChildFailure::new(Child::UsersAcl, e.to_string()),
+            Self::HeldUsers(m) => ChildFailure::new(Child::UsersAcl, m.clone()),
         }
     }
 }
@@ -38,8 +40,12 @@ pub struct Desired {
     pub system_secret: Secret,
     /// Its backup.
     pub system_backup_secret: Secret,
-    /// The rendered ACL file and its Secret, unless a user's password could not be resolved.
-    pub acl: Result<(AclFile, Secret), BuildError>,
+    /// The rendered ACL file and its Secret.
+    pub acl: (AclFile, Secret),
+    /// Users held out of the ACL file, and why.
+    pub acl_problem: Option<BuildError>,
+    /// Users whose rules no server could check yet (they enter the file once checked).
+    pub users_unchecked: usize,
     /// The headless Service.
     pub service: Service,
     /// The `valkey.conf` ConfigMap.
@@ -61,15 +67,10 @@ pub fn build(vc: &ValkeyCluster, observed: &Observed, gate: &Gate) -> Desired {
     let name = vc.name_any();
     let ns = vc.namespace().unwrap_or_default();
     let owner = render::owner_reference(vc);
+    let owner_for_acl = owner.clone();
     let spec = &vc.spec;
-    let acl = resolve_user_passwords(spec, &observed.user_secrets)
-        .map(|users| {
-            let file = render_acl_file(spec, &observed.passwords, &users);
-            let secret = render::secrets::acl_secret(&name, &ns, &file.content, owner.clone());
-            (file, secret)
-        })
-        .map_err(BuildError::from);
-    let acl_revision = acl.as_ref().ok().map(|(f, _)| f.revision.as_str());
+    let users = users_acl(vc, observed);
+    let acl_revision = Some(users.file.revision.as_str());
     // Each node keeps the workload revision it has: a pending pod-template change is
     // authorized by planning, not here.
     let nodes = if gate.effective.is_some() {
@@ -96,8 +97,83 @@ pub fn build(vc: &ValkeyCluster, observed: &Observed, gate: &Gate) -> Desired {
         config_map: render::config::config_map(&name, &ns, spec, owner.clone()),
         pdb: render::pdb::pod_disruption_budget(&name, &ns, spec, owner),
         nodes,
-        acl,
+        acl: (
+            users.file.clone(),
+            render::secrets::acl_secret(&name, &ns, &users.file.content, owner_for_acl),
+        ),
+        acl_problem: users.problem,
+        users_unchecked: users.unchecked,
         check_pod: gate.create.clone(),
         finished_checks: gate.delete.clone(),
+    }
+}
+
+/// The users' ACL file of a pass and what kept users out of it.
+struct UsersAcl {
+    file: AclFile,
+    problem: Option<BuildError>,
+    unchecked: usize,
+}
+
+/// Renders the users' ACL file: a user whose password Secret or key is missing, or whose rules
+/// a server refused or has not checked yet, keeps its line of the current file (or is left
+/// out); the problems are named, one per user.
+fn users_acl(vc: &ValkeyCluster, observed: &Observed) -> UsersAcl {
+    let spec = &vc.spec;
+    let resolved = resolve_user_passwords(spec, &observed.user_secrets);
+    let previous = observed
+        .acl_secret
+        .as_ref()
+        .and_then(|s| s.data.as_ref()?.get(render::config::ACL_KEY))
+        .and_then(|b| String::from_utf8(b.0.clone()).ok());
+    let mut held: std::collections::BTreeMap<String, Option<String>> = resolved
+        .problems
+        .iter()
+        .map(|e| (e.user().to_owned(), Some(e.to_string())))
+        .collect();
+    let mut unchecked = 0;
+    for (user, verdict) in &observed.user_rules {
+        match verdict {
+            RulesVerdict::Accepted => {}
+            RulesVerdict::Refused(why) => {
+                held.entry(user.clone()).or_insert_with(|| {
+                    Some(format!(
+                        "Valkey refuses the rules of user {user:?} (spec.users[].commands, keys, channels or permissions): {why}"
+                    ))
+                });
+            }
+            RulesVerdict::Unchecked => {
+                unchecked += 1;
+                held.entry(user.clone()).or_insert(None);
+            }
+        }
+    }
+    let names: std::collections::BTreeSet<String> = held.keys().cloned().collect();
+    let file = render_acl_file(
+        spec,
+        &observed.passwords,
+        &resolved.passwords,
+        &names,
+        previous.as_deref(),
+    );
+    let problems: Vec<String> = held
+        .iter()
+        .filter_map(|(user, why)| {
+            let why = why.as_ref()?;
+            let kept = previous
+                .as_deref()
+                .and_then(|p| previous_line(p, user))
+                .is_some();
+            Some(if kept {
+                format!("{why}: user {user:?} keeps its previous rules")
+            } else {
+                format!("{why}: user {user:?} is not created until this is fixed")
+            })
+        })
+        .collect();
+    UsersAcl {
+        file,
+        problem: (!problems.is_empty()).then(|| BuildError::HeldUsers(problems.join("; "))),
+        unchecked,
     }
 }

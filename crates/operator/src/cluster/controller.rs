@@ -55,6 +55,9 @@ pub struct Context {
     pub shared: Shared,
     /// Connection pools per cluster (`namespace/name`), with the credentials they use.
     pools: Mutex<HashMap<String, (String, NodePool)>>,
+    /// Verdicts of servers on users' ACL rules, by image and rules (see
+    /// [`super::observe::judge_user_rules`]): `None` accepted, `Some(reason)` refused.
+    rule_verdicts: Mutex<HashMap<String, Option<String>>>,
 }
 
 impl Context {
@@ -63,7 +66,20 @@ impl Context {
         Self {
             shared: Shared::new(client, metrics),
             pools: Mutex::default(),
+            rule_verdicts: Mutex::default(),
         }
+    }
+
+    /// A server's verdict on ACL rules judged before (`key`: image and rules).
+    pub fn rule_verdict(&self, key: &str) -> Option<Option<String>> {
+        let v = self.rule_verdicts.lock().unwrap_or_else(|p| p.into_inner());
+        v.get(key).cloned()
+    }
+
+    /// Records a server's verdict on ACL rules.
+    pub fn record_rule_verdict(&self, key: String, verdict: Option<String>) {
+        let mut v = self.rule_verdicts.lock().unwrap_or_else(|p| p.into_inner());
+        v.insert(key, verdict);
     }
 
     /// The pool of the cluster `key` (`namespace/name`), recreated when the password or the
@@ -162,22 +178,49 @@ async fn pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action, Error>
         None => act::Outcome::default(),
     };
     let now = Time(Timestamp::now());
+    let invalid_tls = invalid_tls(vc, &observed);
+    let tls_wanted = observed
+        .tls_secret
+        .as_ref()
+        .filter(|_| invalid_tls.is_none())
+        .and_then(super::tls_secret::wanted);
+    let tls_files = match (vc.spec.tls_secret_name(), &tls_wanted) {
+        (None, _) => live::TlsFiles::Off,
+        (Some(_), None) => live::TlsFiles::Unusable,
+        (Some(_), Some(w)) => live::TlsFiles::Wanted(w),
+    };
     let live = live::reconcile(
         &pool,
         &nodes_api,
         &ctx.shared,
-        &desired.nodes,
-        &observed.nodes,
-        &observed.topology,
+        live::Input {
+            desired: &desired.nodes,
+            observed: &observed.nodes,
+            topology: &observed.topology,
+            tls: tls_files,
+            acl_content: Some(desired.acl.0.content.as_str()),
+        },
         &now,
     )
     .await;
 
     report::record_roles(&nodes_api, &observed.nodes, &observed.topology).await;
-    let progress = progress(&plan, &applied, outcome.progress.clone(), &live).or_else(|| {
-        gate.checking(&requested.spec)
-            .map(|m| Progress::new(Activity::Reconciling, m))
-    });
+    let progress = progress(&plan, &applied, outcome.progress.clone(), &live)
+        .or_else(|| {
+            gate.checking(&requested.spec)
+                .map(|m| Progress::new(Activity::Reconciling, m))
+        })
+        .or_else(|| {
+            (desired.users_unchecked > 0).then(|| {
+                Progress::new(
+                    Activity::UpdatingNodes,
+                    format!(
+                        "waiting for a server to check the rules of {} users",
+                        desired.users_unchecked
+                    ),
+                )
+            })
+        });
     let mut events = applied.events;
     events.extend(outcome.events);
     report::report(
@@ -186,6 +229,7 @@ async fn pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action, Error>
         Report {
             facts: Facts {
                 invalid_config: gate.warning(&requested.spec),
+                invalid_tls,
                 ..facts(
                     vc,
                     &observed,
@@ -195,6 +239,11 @@ async fn pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action, Error>
                     outcome.failure,
                 )
             },
+            tls: tls_wanted.map(|w| valkey_api::status::TlsStatus {
+                certificate_sha256: w.fingerprint,
+                serving_pods: i32::try_from(live.tls_serving).unwrap_or(i32::MAX),
+                pods: i32::try_from(observed.nodes.len()).unwrap_or(i32::MAX),
+            }),
             accepted_config: gate.accepted.clone(),
             rejected_config: gate.rejected.clone(),
             shards: plan.shards,
@@ -286,6 +335,17 @@ fn progress(
         })
     })
     .or_else(|| {
+        (live.tls_pending > 0).then(|| {
+            Progress::new(
+                Activity::UpdatingNodes,
+                format!(
+                    "waiting for {} pods to serve the TLS Secret's new certificate",
+                    live.tls_pending
+                ),
+            )
+        })
+    })
+    .or_else(|| {
         (live.acl_pending > 0).then(|| {
             Progress::new(
                 Activity::UpdatingNodes,
@@ -308,14 +368,7 @@ fn facts(
 ) -> Facts {
     let spec = &vc.spec;
     Facts {
-        invalid_tls: spec.tls_secret_name().and_then(|secret| {
-            super::tls_secret::problem(
-                secret,
-                observed.tls_secret.as_ref(),
-                &names::tls_server_names(&vc.name_any(), &vc.namespace().unwrap_or_default()),
-                rustls::pki_types::UnixTime::now(),
-            )
-        }),
+        invalid_tls: None,
         resize_infeasible: resize_infeasible(&observed.nodes),
         invalid_config: None,
         desired_shards: layout(vc).shards,
@@ -352,6 +405,16 @@ fn facts(
         progress,
         step_failure,
     }
+}
+
+/// What is wrong with the cluster's TLS Secret, when TLS is on and something is.
+fn invalid_tls(vc: &ValkeyCluster, observed: &Observed) -> Option<String> {
+    super::tls_secret::problem(
+        vc.spec.tls_secret_name()?,
+        observed.tls_secret.as_ref(),
+        &names::tls_server_names(&vc.name_any(), &vc.namespace().unwrap_or_default()),
+        rustls::pki_types::UnixTime::now(),
+    )
 }
 
 /// The ValkeyNodes whose claim cannot grow (their `PersistentVolumeClaimSizeReady` condition,

@@ -5,7 +5,12 @@
 //!   carries the same values, so a restarted pod starts with them; a live key removed from
 //!   `spec.config` returns to Valkey's default (what a restarted pod would have);
 //! - the ACL file (users, passwords, permissions) loaded with `ACL LOAD` once the mounted
-//!   Secret shows the expected revision: `ACLApplied` (`PendingPropagation` until then).
+//!   Secret shows the expected revision (on Valkey versions whose `ACL LOAD` crashes a replica,
+//!   applied user by user with `ACL SETUSER`/`ACL DELUSER` instead): `ACLApplied` (`PendingPropagation` until then);
+//! - the TLS certificate, key and CA bundle reloaded with `CONFIG SET tls-cert-file ...` (same
+//!   paths: the server re-reads the files) once the mounted Secret has the new files:
+//!   `TLSCertificateApplied`, verified by reading the certificate the pod serves from a TLS
+//!   handshake (`PendingPropagation` until the pod serves the Secret's certificate).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Resource;
@@ -14,15 +19,23 @@ use kube::api::{Api, Patch, PatchParams};
 use tracing::{debug, info, warn};
 use valkey_api::ValkeyNode;
 use valkey_api::labels::CLUSTER_FIELD_MANAGER;
-use valkey_api::status::event::{LIVE_ACL_APPLY_FAILED, LIVE_CONFIG_APPLY_FAILED};
-use valkey_api::status::node_condition::{ACL_APPLIED, LIVE_CONFIG_APPLIED};
+use valkey_api::status::event::{
+    LIVE_ACL_APPLY_FAILED, LIVE_CONFIG_APPLY_FAILED, TLS_RELOAD_FAILED,
+};
+use valkey_api::status::node_condition::{
+    ACL_APPLIED, LIVE_CONFIG_APPLIED, TLS_CERTIFICATE_APPLIED,
+};
 use valkey_api::status::node_reason::{APPLIED, APPLY_FAILED, PENDING_PROPAGATION};
 use valkey_ops::Topology;
 use valkey_ops::client::NodePool;
-use valkey_ops::commands::{CommandError, acl_load, config_set};
+use valkey_ops::commands::{
+    CommandError, acl_apply, acl_load, acl_load_unsafe, config_set, tls_reload,
+};
+use valkey_ops::tls::{fingerprint, served_certificate};
 
+use super::tls_secret::Wanted;
 use crate::context::Shared;
-use crate::render::config::live_settings;
+use crate::render::config::{TLS_DIR, live_settings};
 use crate::status::EventSpec;
 
 /// What applying the live settings to one node gave.
@@ -93,20 +106,189 @@ pub fn updated_conditions(
 pub struct Summary {
     /// Nodes whose mounted ACL file does not have the new revision yet.
     pub acl_pending: usize,
+    /// With TLS: nodes that serve the TLS Secret's certificate and loaded its files.
+    pub tls_serving: usize,
+    /// With TLS: nodes that do not serve it yet (their mounted files are not updated).
+    pub tls_pending: usize,
 }
 
-/// Applies the live settings and the ACL of every ValkeyNode in `desired` to its reachable pod,
-/// records `LiveConfigApplied` and `ACLApplied` on the observed ValkeyNodes when they change,
-/// and emits `LiveConfigApplyFailed` / `LiveACLApplyFailed` when a node enters a failed state.
+/// How long after a change of the CA bundle alone (the certificate unchanged) the pods are
+/// reloaded again on every pass: a server's CA bundle cannot be read from outside, and the
+/// kubelet may update a pod's mounted Secret files up to about a minute after the change.
+pub const CA_SETTLE: std::time::Duration = std::time::Duration::from_secs(90);
+
+/// The TLS files the pods should have loaded.
+#[derive(Clone, Copy, Debug)]
+pub enum TlsFiles<'a> {
+    /// TLS is off: no `TLSCertificateApplied` condition.
+    Off,
+    /// The TLS Secret is missing or unusable (the cluster reports it): nothing is reloaded and
+    /// the pods keep what they serve.
+    Unusable,
+    /// The Secret's material.
+    Wanted(&'a Wanted),
+}
+
+/// Timeout of the TLS handshake that reads the certificate a pod serves.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The `TLSCertificateApplied` message once `want` is in effect on a pod.
+pub fn tls_applied_message(want: &Wanted) -> String {
+    format!(
+        "serving certificate sha256:{}, TLS Secret revision {} loaded",
+        short(&want.fingerprint),
+        want.revision
+    )
+}
+
+fn short(fingerprint: &str) -> &str {
+    fingerprint.get(..16).unwrap_or(fingerprint)
+}
+
+/// Whether the node's `TLSCertificateApplied` condition already records `want` in effect (pure):
+/// then the pod is not looked at (a restarted pod loads the mounted files it has).
+pub fn tls_in_effect(node: &ValkeyNode, want: &Wanted) -> bool {
+    condition(node, TLS_CERTIFICATE_APPLIED)
+        .is_some_and(|c| c.status == "True" && c.message == tls_applied_message(want))
+}
+
+fn condition<'a>(node: &'a ValkeyNode, type_: &str) -> Option<&'a Condition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// The verdict after a reload (pure). `before`/`after`: the fingerprints served before and
+/// after the reload; `pending_since`: when this revision's reload was first found pending
+/// (the node's `PendingPropagation` condition for it), `None` when it was not.
+pub fn tls_verdict(
+    node: &ValkeyNode,
+    want: &Wanted,
+    before: &str,
+    after: &str,
+    now: &Time,
+) -> Outcome {
+    if after != want.fingerprint {
+        return Outcome::Pending(format!(
+            "the pod serves certificate sha256:{} while the TLS Secret has sha256:{} (revision {}): waiting for the kubelet to update the mounted files",
+            short(after),
+            short(&want.fingerprint),
+            want.revision
+        ));
+    }
+    // Serving the new certificate after the reload: the files of this revision were read
+    // (the kubelet swaps all keys of a Secret volume at once).
+    if before != want.fingerprint {
+        return Outcome::Applied;
+    }
+    // The certificate is unchanged. A node with no record loaded the files it started with; a
+    // node that recorded another revision had its CA bundle or key changed, which only shows
+    // by waiting out the kubelet's update window while reloading.
+    let Some(current) = condition(node, TLS_CERTIFICATE_APPLIED) else {
+        return Outcome::Applied;
+    };
+    let marker = format!("revision {} ", want.revision);
+    let since = if current.status == "False"
+        && current.reason == PENDING_PROPAGATION
+        && current.message.contains(&marker)
+    {
+        current.last_transition_time.0
+    } else {
+        now.0
+    };
+    let waited = now.0.duration_since(since).as_secs().max(0) as u64;
+    if waited >= CA_SETTLE.as_secs() {
+        return Outcome::Applied;
+    }
+    Outcome::Pending(format!(
+        "the CA bundle of TLS Secret revision {} is reloaded on every pass until {} s after the change (the kubelet may update the mounted files until then)",
+        want.revision,
+        CA_SETTLE.as_secs()
+    ))
+}
+
+/// Reads the certificate the pod at `addr` serves, reloads its TLS files and judges the
+/// result (see [`tls_verdict`]).
+async fn reload_tls(
+    pool: &NodePool,
+    addr: &str,
+    node: &ValkeyNode,
+    want: &Wanted,
+    now: &Time,
+) -> Outcome {
+    let served = || async {
+        served_certificate(addr, PROBE_TIMEOUT)
+            .await
+            .map(|der| fingerprint(&der))
+    };
+    let before = match served().await {
+        Ok(f) => f,
+        Err(e) => {
+            debug!(node = %node.name_any(), error = %e, "served certificate not read");
+            return Outcome::Unobserved;
+        }
+    };
+    let files = [
+        ("tls-cert-file", format!("{TLS_DIR}/tls.crt")),
+        ("tls-key-file", format!("{TLS_DIR}/tls.key")),
+        ("tls-ca-cert-file", format!("{TLS_DIR}/ca.crt")),
+    ];
+    let files: Vec<(&str, &str)> = files.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    if let Err(e) = tls_reload(pool, addr, &files).await {
+        return Outcome::Failed(format!(
+            "CONFIG SET tls-cert-file/tls-key-file/tls-ca-cert-file on {addr}: {e}"
+        ));
+    }
+    match served().await {
+        Ok(after) => {
+            let verdict = tls_verdict(node, want, &before, &after, now);
+            if before != after {
+                info!(node = %node.name_any(), certificate = short(&after), "TLS certificate reloaded");
+            }
+            verdict
+        }
+        Err(e) => {
+            debug!(node = %node.name_any(), error = %e, "served certificate not read");
+            Outcome::Unobserved
+        }
+    }
+}
+
+/// What the live pass works from.
+pub struct Input<'a> {
+    /// The ValkeyNodes as built this pass (their live settings and ACL revision).
+    pub desired: &'a [ValkeyNode],
+    /// The ValkeyNodes as observed (their status conditions).
+    pub observed: &'a [ValkeyNode],
+    /// The pods' addresses and reachability.
+    pub topology: &'a Topology,
+    /// The TLS files the pods should have loaded.
+    pub tls: TlsFiles<'a>,
+    /// The ACL file the pods should have loaded (applied user by user where `ACL LOAD` is
+    /// unsafe, see `acl_load_unsafe`).
+    pub acl_content: Option<&'a str>,
+}
+
+/// Applies the live settings, the ACL and the TLS files of every ValkeyNode in `desired` to
+/// its reachable pod, records `LiveConfigApplied`, `ACLApplied` and `TLSCertificateApplied` on
+/// the observed ValkeyNodes when they change, and emits `LiveConfigApplyFailed` /
+/// `LiveACLApplyFailed` / `TLSReloadFailed` when a node enters a failed state.
 pub async fn reconcile(
     pool: &NodePool,
     api: &Api<ValkeyNode>,
     shared: &Shared,
-    desired: &[ValkeyNode],
-    observed: &[ValkeyNode],
-    topology: &Topology,
+    input: Input<'_>,
     now: &Time,
 ) -> Summary {
+    let Input {
+        desired,
+        observed,
+        topology,
+        tls,
+        acl_content,
+    } = input;
     let mut summary = Summary::default();
     for node in observed {
         let Some(want) = desired.iter().find(|d| d.name_any() == node.name_any()) else {
@@ -196,10 +378,19 @@ pub async fn reconcile(
             .await;
         }
 
+        // `ACL LOAD` crashes replicas of some versions: those get the file's users one by one.
+        let load_unsafe = topology
+            .at(node.spec.shard_index, node.spec.node_index)
+            .and_then(|m| m.view.as_ref()?.version)
+            .is_some_and(acl_load_unsafe);
         let acl = match (addr, want.spec.acl_hash.as_deref()) {
             (_, None) => Outcome::Unobserved,
             (None, _) => Outcome::Unobserved,
-            (Some(a), Some(rev)) => match acl_load(pool, a, rev).await {
+            (Some(a), Some(rev)) => match if load_unsafe {
+                acl_apply(pool, a, acl_content.unwrap_or_default(), rev).await
+            } else {
+                acl_load(pool, a, rev).await
+            } {
                 Ok(loaded) => {
                     debug!(node = %node.name_any(), ?loaded, "ACL revision in effect");
                     Outcome::Applied
@@ -223,6 +414,39 @@ pub async fn reconcile(
             };
             record(api, shared, &mut node, update, &acl, LIVE_ACL_APPLY_FAILED).await;
         }
+
+        let outcome = match tls {
+            TlsFiles::Off | TlsFiles::Unusable => Outcome::Unobserved,
+            TlsFiles::Wanted(want) if tls_in_effect(&node, want) => Outcome::Applied,
+            TlsFiles::Wanted(want) => match addr {
+                Some(a) => reload_tls(pool, a, &node, want, now).await,
+                None => Outcome::Unobserved,
+            },
+        };
+        match &outcome {
+            Outcome::Applied => summary.tls_serving += 1,
+            Outcome::Unobserved => {}
+            _ => summary.tls_pending += 1,
+        }
+        let applied = match tls {
+            TlsFiles::Wanted(want) => tls_applied_message(want),
+            _ => String::new(),
+        };
+        let wanted = !matches!(tls, TlsFiles::Off);
+        if let Some(c) = updated_conditions(
+            &node,
+            TLS_CERTIFICATE_APPLIED,
+            wanted,
+            &outcome,
+            &applied,
+            now,
+        ) {
+            let update = Update {
+                conditions: c,
+                live_config_keys: None,
+            };
+            record(api, shared, &mut node, update, &outcome, TLS_RELOAD_FAILED).await;
+        }
     }
     summary
 }
@@ -235,7 +459,7 @@ struct Update {
 }
 
 /// Condition types of a ValkeyNode this pass owns (the node controller owns the others).
-const OWNED_CONDITIONS: [&str; 2] = [LIVE_CONFIG_APPLIED, ACL_APPLIED];
+const OWNED_CONDITIONS: [&str; 3] = [LIVE_CONFIG_APPLIED, ACL_APPLIED, TLS_CERTIFICATE_APPLIED];
 
 /// Writes the node's live-change conditions and live keys (server-side apply of the status with
 /// the cluster controller's field manager: the conditions list is a map keyed by type, so the
@@ -396,5 +620,91 @@ mod tests {
             ("True", APPLIED)
         );
         assert_eq!(c[0].last_transition_time, at(20));
+    }
+
+    fn want() -> Wanted {
+        Wanted {
+            fingerprint: "b".repeat(64),
+            revision: "r2".into(),
+        }
+    }
+
+    fn tls_condition(status: &str, reason: &str, message: String, since: i64) -> Condition {
+        Condition {
+            type_: TLS_CERTIFICATE_APPLIED.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            last_transition_time: at(since),
+            observed_generation: Some(3),
+        }
+    }
+
+    #[test]
+    fn tls_new_certificate_applied_once_served() {
+        let old = "a".repeat(64);
+        let new = "b".repeat(64);
+        let w = want();
+        let n = node(&[], vec![]);
+        // The mounted files are not updated yet: the pod still serves the old certificate.
+        let o = tls_verdict(&n, &w, &old, &old, &at(10));
+        assert!(
+            matches!(&o, Outcome::Pending(m) if m.contains("waiting for the kubelet")),
+            "{o:?}"
+        );
+        // Served after the reload: in effect.
+        assert_eq!(tls_verdict(&n, &w, &old, &new, &at(10)), Outcome::Applied);
+        // A node with no record that already serves it (a new pod) is in effect.
+        assert_eq!(tls_verdict(&n, &w, &new, &new, &at(10)), Outcome::Applied);
+        // Recorded in effect: the pod is not looked at again.
+        let applied = tls_condition("True", APPLIED, tls_applied_message(&w), 10);
+        assert!(tls_in_effect(&node(&[], vec![applied]), &w));
+    }
+
+    #[test]
+    fn tls_ca_bundle_change_is_reloaded_until_the_kubelet_window_passed() {
+        let same = "b".repeat(64);
+        let w = want();
+        let previous = Wanted {
+            fingerprint: same.clone(),
+            revision: "r1".into(),
+        };
+        let n = node(
+            &[],
+            vec![tls_condition(
+                "True",
+                APPLIED,
+                tls_applied_message(&previous),
+                5,
+            )],
+        );
+        assert!(!tls_in_effect(&n, &w));
+        let o = tls_verdict(&n, &w, &same, &same, &at(100));
+        let Outcome::Pending(message) = o else {
+            panic!("{o:?}")
+        };
+        assert!(message.contains("revision r2 "), "{message}");
+        // Pending since 100 s: reloaded again until 190 s, then in effect.
+        let n = node(
+            &[],
+            vec![tls_condition("False", PENDING_PROPAGATION, message, 100)],
+        );
+        assert!(matches!(
+            tls_verdict(&n, &w, &same, &same, &at(150)),
+            Outcome::Pending(_)
+        ));
+        assert_eq!(
+            tls_verdict(&n, &w, &same, &same, &at(190)),
+            Outcome::Applied
+        );
+        // Pending for another revision does not count.
+        let other = Wanted {
+            revision: "r3".into(),
+            ..w.clone()
+        };
+        assert!(matches!(
+            tls_verdict(&n, &other, &same, &same, &at(500)),
+            Outcome::Pending(_)
+        ));
     }
 }

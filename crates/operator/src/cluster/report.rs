@@ -45,6 +45,8 @@ pub struct Report<'a> {
     pub events: Vec<EventSpec>,
     /// When the pass ran.
     pub now: Time,
+    /// `status.tls`.
+    pub tls: Option<valkey_api::status::TlsStatus>,
     /// `status.acceptedConfig` (see [`super::config_gate`]).
     pub accepted_config: Option<valkey_api::status::AcceptedConfig>,
     /// `status.rejectedConfig`.
@@ -129,6 +131,7 @@ pub async fn report(
         },
         vc.status.as_ref().and_then(|s| s.operation.as_ref()),
     );
+    new_status.tls = r.tls.take();
     new_status.accepted_config = r.accepted_config.take();
     new_status.rejected_config = r.rejected_config.take();
     ctx.shared
@@ -142,6 +145,7 @@ pub async fn report(
         // A merge patch keeps fields it does not name: clear those that are gone.
         for (field, gone) in [
             ("operation", new_status.operation.is_none()),
+            ("tls", new_status.tls.is_none()),
             ("acceptedConfig", new_status.accepted_config.is_none()),
             ("rejectedConfig", new_status.rejected_config.is_none()),
         ] {

@@ -14,6 +14,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::sign::CertifiedKey;
 use rustls::{CertificateError, Error, RootCertStore};
+use sha2::Digest;
 
 /// What is wrong with the TLS Secret `name` (`secret` as read, `None` when it does not exist)
 /// for a server checked by `names` at `now`; `None` when nothing is.
@@ -112,6 +113,34 @@ pub fn problem(
     None
 }
 
+/// What the pods should serve and have loaded, from a TLS Secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wanted {
+    /// SHA-256 (hex) of the certificate in `tls.crt` (the first of its chain).
+    pub fingerprint: String,
+    /// A short hash of `ca.crt`, `tls.crt` and `tls.key` together: changes with any of them.
+    pub revision: String,
+}
+
+/// The certificate and revision of a TLS Secret; `None` when it holds no certificate.
+pub fn wanted(secret: &Secret) -> Option<Wanted> {
+    let data = secret.data.as_ref()?;
+    let file = |key: &str| data.get(key).map(|b| b.0.as_slice()).unwrap_or_default();
+    let leaf = CertificateDer::pem_slice_iter(file("tls.crt"))
+        .next()?
+        .ok()?;
+    let mut all = sha2::Sha256::new();
+    for key in ["ca.crt", "tls.crt", "tls.key"] {
+        let f = file(key);
+        all.update((f.len() as u64).to_be_bytes());
+        all.update(f);
+    }
+    Some(Wanted {
+        fingerprint: valkey_ops::tls::fingerprint(&leaf),
+        revision: hex::encode(&all.finalize()[..6]),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -177,6 +206,38 @@ mod tests {
             ("tls.key", &ip.key),
         ]);
         assert_eq!(check(Some(&ip)), None);
+    }
+
+    #[test]
+    fn wanted_fingerprint_follows_the_certificate_and_revision_every_file() {
+        let m = material(&["*.valkey-c.ns.svc"], 2000, 4000);
+        let other = material(&["*.valkey-c.ns.svc"], 2000, 4000);
+        let w = wanted(&secret(&[
+            ("ca.crt", &m.ca),
+            ("tls.crt", &m.crt),
+            ("tls.key", &m.key),
+        ]))
+        .expect("wanted");
+        assert_eq!(w.fingerprint.len(), 64);
+        // A CA bundle change: same certificate, another revision.
+        let bundle = format!("{}{}", m.ca, other.ca);
+        let b = wanted(&secret(&[
+            ("ca.crt", &bundle),
+            ("tls.crt", &m.crt),
+            ("tls.key", &m.key),
+        ]))
+        .expect("wanted");
+        assert_eq!(b.fingerprint, w.fingerprint);
+        assert_ne!(b.revision, w.revision);
+        // Another certificate: another fingerprint.
+        let o = wanted(&secret(&[
+            ("ca.crt", &m.ca),
+            ("tls.crt", &other.crt),
+            ("tls.key", &other.key),
+        ]))
+        .expect("wanted");
+        assert_ne!(o.fingerprint, w.fingerprint);
+        assert_eq!(wanted(&secret(&[("ca.crt", &m.ca)])), None);
     }
 
     #[test]

@@ -65,36 +65,62 @@ pub fn referenced_secrets(spec: &ValkeyClusterSpec) -> BTreeSet<String> {
         .collect()
 }
 
+impl AclError {
+    /// The user the problem is about.
+    pub fn user(&self) -> &str {
+        match self {
+            Self::SecretNotFound { user, .. } | Self::KeyMissing { user, .. } => user,
+        }
+    }
+}
+
+/// The users' passwords that could be resolved, and the first problem of each other user.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ResolvedPasswords {
+    /// User name → passwords, in the order of `passwordSecret.keys`.
+    pub passwords: BTreeMap<String, Vec<String>>,
+    /// Users whose Secret or key is missing.
+    pub problems: Vec<AclError>,
+}
+
 /// Resolves each user's passwords from the observed Secrets (keyed by Secret name), in the
-/// order of `passwordSecret.keys`.
+/// order of `passwordSecret.keys`; a user with a missing Secret or key is a problem, the others
+/// are resolved.
 pub fn resolve_user_passwords(
     spec: &ValkeyClusterSpec,
     secrets: &BTreeMap<String, Secret>,
-) -> Result<BTreeMap<String, Vec<String>>, AclError> {
-    let mut out = BTreeMap::new();
+) -> ResolvedPasswords {
+    let mut out = ResolvedPasswords::default();
     for user in spec.users.iter().flatten() {
         let Some(ps) = &user.password_secret else {
             continue;
         };
-        let secret = secrets
-            .get(&ps.name)
-            .ok_or_else(|| AclError::SecretNotFound {
+        let Some(secret) = secrets.get(&ps.name) else {
+            out.problems.push(AclError::SecretNotFound {
                 user: user.name.clone(),
                 secret: ps.name.clone(),
-            })?;
-        let mut passwords = Vec::with_capacity(ps.keys.len());
-        for key in &ps.keys {
-            passwords.push(
+            });
+            continue;
+        };
+        let passwords: Result<Vec<String>, AclError> = ps
+            .keys
+            .iter()
+            .map(|key| {
                 secret_string(secret, key).ok_or_else(|| AclError::KeyMissing {
                     user: user.name.clone(),
                     secret: ps.name.clone(),
                     key: key.clone(),
-                })?,
-            );
+                })
+            })
+            .collect();
+        match passwords {
+            Ok(p) => {
+                out.passwords.insert(user.name.clone(), p);
+            }
+            Err(e) => out.problems.push(e),
         }
-        out.insert(user.name.clone(), passwords);
     }
-    Ok(out)
+    out
 }
 
 fn with_sign(rule: &str, sign: char) -> String {
@@ -105,13 +131,11 @@ fn with_sign(rule: &str, sign: char) -> String {
     }
 }
 
-/// The ACL line of one user. `passwords` are the resolved plain passwords (hashed here).
-pub fn user_line(user: &UserSpec, passwords: &[String]) -> String {
-    let mut rules: Vec<String> = vec!["reset".into(), "on".into()];
-    if user.nopass() {
-        rules.push("nopass".into());
-    }
-    rules.extend(passwords.iter().map(|p| password_rule(p)));
+/// The permission rules of one user as ACL tokens (keys, channels, commands, then the raw
+/// `permissions` split at whitespace), without the state and password rules: what a server is
+/// asked to accept before the user enters the file (see `check_user_rules` in valkey-ops).
+pub fn user_rules(user: &UserSpec) -> Vec<String> {
+    let mut rules = Vec::new();
     if let Some(keys) = &user.keys {
         rules.extend(keys.read_write.iter().flatten().map(|k| format!("~{k}")));
         rules.extend(keys.read_only.iter().flatten().map(|k| format!("%R~{k}")));
@@ -124,26 +148,52 @@ pub fn user_line(user: &UserSpec, passwords: &[String]) -> String {
         rules.extend(cmds.allow.iter().flatten().map(|c| with_sign(c, '+')));
         rules.extend(cmds.deny.iter().flatten().map(|c| with_sign(c, '-')));
     }
-    if let Some(raw) = user.permissions.as_deref().map(str::trim)
-        && !raw.is_empty()
-    {
-        rules.push(raw.to_owned());
+    if let Some(raw) = &user.permissions {
+        rules.extend(raw.split_whitespace().map(str::to_owned));
     }
+    rules
+}
+
+/// The ACL line of one user. `passwords` are the resolved plain passwords (hashed here).
+pub fn user_line(user: &UserSpec, passwords: &[String]) -> String {
+    let mut rules: Vec<String> = vec!["reset".into(), "on".into()];
+    if user.nopass() {
+        rules.push("nopass".into());
+    }
+    rules.extend(passwords.iter().map(|p| password_rule(p)));
+    rules.extend(user_rules(user));
     format!("user {} {}", user.name, rules.join(" "))
 }
 
+/// The line of user `name` in an ACL file's `content`, if it has one.
+pub fn previous_line<'a>(content: &'a str, name: &str) -> Option<&'a str> {
+    let prefix = format!("user {name} ");
+    content.lines().find(|l| l.starts_with(&prefix))
+}
+
 /// Renders the ACL file for `spec` with the system passwords and the resolved user passwords
-/// (see [`resolve_user_passwords`]; users absent from the map get no password).
+/// (see [`resolve_user_passwords`]; users absent from the map get no password). A user in
+/// `held` (a missing password, or rules a server refused or has not checked yet) keeps its line
+/// of the `previous` file, or is left out when it has none: a file Valkey would refuse is
+/// never written.
 pub fn render_acl_file(
     spec: &ValkeyClusterSpec,
     system: &SystemPasswords,
     user_passwords: &BTreeMap<String, Vec<String>>,
+    held: &BTreeSet<String>,
+    previous: Option<&str>,
 ) -> AclFile {
     let mut lines = system_acl_rules(
         &system.as_system_users(),
         valkey_major_from_image(&spec.image),
     );
     for user in spec.users.iter().flatten() {
+        if held.contains(&user.name) {
+            if let Some(line) = previous.and_then(|p| previous_line(p, &user.name)) {
+                lines.push(line.to_owned());
+            }
+            continue;
+        }
         let pw = user_passwords
             .get(&user.name)
             .map(Vec::as_slice)
@@ -202,8 +252,9 @@ mod tests {
     fn acl_file_snapshot_and_no_plain_passwords() {
         let s = users_spec();
         let secrets = BTreeMap::from([("pw".to_owned(), pw_secret())]);
-        let pws = resolve_user_passwords(&s, &secrets).unwrap();
-        let file = render_acl_file(&s, &system(), &pws);
+        let pws = resolve_user_passwords(&s, &secrets);
+        assert!(pws.problems.is_empty());
+        let file = render_acl_file(&s, &system(), &pws.passwords, &BTreeSet::new(), None);
         for plain in ["s3cret", "n3w", " >op", "rep ", "exp "] {
             assert!(!file.content.contains(plain), "{plain} leaked");
         }
@@ -223,30 +274,79 @@ mod tests {
     fn revision_is_stable_and_follows_content() {
         let s = users_spec();
         let pws = BTreeMap::from([("alice".to_owned(), vec!["a".to_owned()])]);
-        let a = render_acl_file(&s, &system(), &pws);
-        assert_eq!(a, render_acl_file(&s, &system(), &pws));
+        let none = BTreeSet::new();
+        let a = render_acl_file(&s, &system(), &pws, &none, None);
+        assert_eq!(a, render_acl_file(&s, &system(), &pws, &none, None));
         let pws2 = BTreeMap::from([("alice".to_owned(), vec!["b".to_owned()])]);
-        assert_ne!(a.revision, render_acl_file(&s, &system(), &pws2).revision);
+        assert_ne!(
+            a.revision,
+            render_acl_file(&s, &system(), &pws2, &none, None).revision
+        );
     }
 
     #[test]
-    fn missing_secret_or_key_is_an_error() {
+    fn missing_secret_or_key_is_a_problem_of_that_user_only() {
         let s = users_spec();
+        let r = resolve_user_passwords(&s, &BTreeMap::new());
         assert_eq!(
-            resolve_user_passwords(&s, &BTreeMap::new()),
-            Err(AclError::SecretNotFound {
+            r.problems,
+            [AclError::SecretNotFound {
                 user: "alice".into(),
                 secret: "pw".into()
-            })
+            }]
         );
+        assert!(r.passwords.is_empty());
         let mut sec = pw_secret();
         sec.data.as_mut().unwrap().remove("alicepw2");
         let secrets = BTreeMap::from([("pw".to_owned(), sec)]);
+        let r = resolve_user_passwords(&s, &secrets);
         assert!(matches!(
-            resolve_user_passwords(&s, &secrets),
-            Err(AclError::KeyMissing { key, .. }) if key == "alicepw2"
+            &r.problems[..],
+            [AclError::KeyMissing { key, user, .. }] if key == "alicepw2" && user == "alice"
         ));
         assert_eq!(referenced_secrets(&s), BTreeSet::from(["pw".to_owned()]));
+    }
+
+    #[test]
+    fn a_held_user_keeps_its_previous_line_or_is_left_out() {
+        let s = users_spec();
+        let pws = BTreeMap::from([("alice".to_owned(), vec!["a".to_owned()])]);
+        let none = BTreeSet::new();
+        let before = render_acl_file(&s, &system(), &pws, &none, None);
+        let alice = previous_line(&before.content, "alice")
+            .expect("alice")
+            .to_owned();
+        // alice's Secret went missing and bob's rules changed: alice keeps her line.
+        let mut changed = s.clone();
+        changed.users.as_mut().unwrap()[1].permissions = Some("+get ~*".into());
+        let held = BTreeSet::from(["alice".to_owned()]);
+        let after = render_acl_file(
+            &changed,
+            &system(),
+            &BTreeMap::new(),
+            &held,
+            Some(&before.content),
+        );
+        assert_eq!(previous_line(&after.content, "alice"), Some(alice.as_str()));
+        assert_eq!(
+            previous_line(&after.content, "bob"),
+            Some("user bob reset on nopass +get ~*")
+        );
+        // Without a previous file the held user is left out; the others are written.
+        let fresh = render_acl_file(&changed, &system(), &BTreeMap::new(), &held, None);
+        assert_eq!(previous_line(&fresh.content, "alice"), None);
+        assert!(previous_line(&fresh.content, "bob").is_some());
+        // "alice" is not mistaken for a user whose name starts with it.
+        assert_eq!(previous_line("user alice2 reset on\n", "alice"), None);
+    }
+
+    #[test]
+    fn user_rules_are_the_line_without_state_and_passwords() {
+        let s = users_spec();
+        let users = s.users.as_ref().unwrap();
+        assert_eq!(user_rules(&users[1]), ["+@all", "~*", "&*"]);
+        let line = user_line(&users[0], &["pw".to_owned()]);
+        assert!(line.ends_with(&user_rules(&users[0]).join(" ")), "{line}");
     }
 
     #[test]
@@ -268,7 +368,7 @@ mod tests {
         let mut s = users_spec();
         s.image = "valkey/valkey:8.0.1".into();
         let pws = BTreeMap::from([("alice".to_owned(), vec!["a".to_owned()])]);
-        let file = render_acl_file(&s, &system(), &pws);
+        let file = render_acl_file(&s, &system(), &pws, &BTreeSet::new(), None);
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("users.acl"), &file.content).unwrap();
         let port = valkey_testkit::free_port();

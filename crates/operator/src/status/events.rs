@@ -51,7 +51,8 @@ fn entered(old: &[Condition], new: &[Condition], type_: &str) -> bool {
 /// Ready turns True, `InvalidConfig`, `ResizeInfeasible` or `GracePeriodTooShort` when
 /// ConfigurationWarning turns True or its message changes,
 /// `PodUnschedulable` when the cluster becomes Degraded for that reason, `InvalidTLSSecret`
-/// when the TLS Secret becomes unusable (or unusable in another way), `DrainFailed` when a
+/// when the TLS Secret becomes unusable (or unusable in another way), `UsersACLError` when a
+/// user is held out of the ACL file (or another problem is), `DrainFailed` when a
 /// drain is held back for lack of memory, `FailoverFailed` when a shard's failover is stuck (see
 /// [`FAILOVER_STUCK`]), and
 /// `FailoverCompleted` for every shard whose primary pod changed.
@@ -105,6 +106,17 @@ pub fn transition_events(
     {
         out.push(EventSpec::warning(
             event::INVALID_TLS_SECRET,
+            "Validate",
+            c.message.clone(),
+        ));
+    }
+    if let Some(c) = find(nc, condition::READY).filter(|c| c.status == "False")
+        && c.reason == reason::USERS_ACL_ERROR
+        && !find(oc, condition::READY)
+            .is_some_and(|o| o.status == "False" && o.reason == c.reason && o.message == c.message)
+    {
+        out.push(EventSpec::warning(
+            event::USERS_ACL_ERROR,
             "Validate",
             c.message.clone(),
         ));

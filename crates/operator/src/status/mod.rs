@@ -40,6 +40,7 @@ pub fn build(
         conditions: conditions::merge(prev_conds, &computed, generation, now),
         shard_statuses,
         operation: previous.and_then(|p| p.operation.clone()),
+        tls: previous.and_then(|p| p.tls.clone()),
         accepted_config: previous.and_then(|p| p.accepted_config.clone()),
         rejected_config: previous.and_then(|p| p.rejected_config.clone()),
     }
@@ -56,6 +57,7 @@ pub fn changed(old: Option<&ValkeyClusterStatus>, new: &ValkeyClusterStatus) -> 
         || old.observed_generation != new.observed_generation
         || old.shard_statuses != new.shard_statuses
         || old.operation != new.operation
+        || old.tls != new.tls
         || old.accepted_config != new.accepted_config
         || old.rejected_config != new.rejected_config
         || !conditions::same_ignoring_time(&old.conditions, &new.conditions)
