@@ -1,5 +1,6 @@
-//! Prometheus metrics of the operator: reconcile counts, errors and durations per controller,
-//! and the state of every ValkeyCluster.
+//! Prometheus metrics of the operator: reconcile counts, errors (by reason) and durations per
+//! controller, and per ValkeyCluster its state, desired and ready shards, slots with an owner,
+//! slots still to move and failovers (a shard's primary pod changed).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -31,6 +32,37 @@ pub struct ClusterLabels {
     pub state: String,
 }
 
+/// Label set naming a ValkeyCluster.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NameLabels {
+    /// Namespace of the ValkeyCluster.
+    pub namespace: String,
+    /// Name of the ValkeyCluster.
+    pub name: String,
+}
+
+/// Label set of a failed reconcile pass.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    /// `valkeycluster` or `valkeynode`.
+    pub controller: String,
+    /// What failed (`observe`, `report`, ...).
+    pub reason: String,
+}
+
+/// What a reconcile pass saw of one cluster (see [`Metrics::set_cluster_figures`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterFigures {
+    /// `spec.shards`.
+    pub desired_shards: i64,
+    /// Shards with a primary and the desired number of synced replicas.
+    pub ready_shards: i64,
+    /// Slots with an owner (16384 when covered).
+    pub slots_assigned: i64,
+    /// Slots still to move to balance the shards (0 when no migration is in progress).
+    pub slots_to_move: i64,
+}
+
 /// Label set of a topology step counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StepLabels {
@@ -54,6 +86,12 @@ pub struct Metrics {
     durations: Family<ControllerLabels, Histogram>,
     cluster_state: Family<ClusterLabels, Gauge>,
     steps: Family<StepLabels, Counter>,
+    failures: Family<FailureLabels, Counter>,
+    desired_shards: Family<NameLabels, Gauge>,
+    ready_shards: Family<NameLabels, Gauge>,
+    slots_assigned: Family<NameLabels, Gauge>,
+    slots_to_move: Family<NameLabels, Gauge>,
+    failovers: Family<NameLabels, Counter>,
     slots_migrated: Counter,
     keys_migrated: Counter,
     migration_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
@@ -78,6 +116,13 @@ fn controller(c: &str) -> ControllerLabels {
     }
 }
 
+fn names(namespace: &str, name: &str) -> NameLabels {
+    NameLabels {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    }
+}
+
 impl Metrics {
     /// Creates and registers the metrics.
     pub fn new() -> Self {
@@ -89,6 +134,12 @@ impl Metrics {
         });
         let cluster_state = Family::<ClusterLabels, Gauge>::default();
         let steps = Family::<StepLabels, Counter>::default();
+        let failures = Family::<FailureLabels, Counter>::default();
+        let desired_shards = Family::<NameLabels, Gauge>::default();
+        let ready_shards = Family::<NameLabels, Gauge>::default();
+        let slots_assigned = Family::<NameLabels, Gauge>::default();
+        let slots_to_move = Family::<NameLabels, Gauge>::default();
+        let failovers = Family::<NameLabels, Counter>::default();
         let slots_migrated = Counter::default();
         let keys_migrated = Counter::default();
         let migration_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
@@ -103,6 +154,36 @@ impl Metrics {
             "reconcile_duration_seconds",
             "Duration of reconcile passes",
             durations.clone(),
+        );
+        registry.register(
+            "reconcile_failures",
+            "Failed reconcile passes by what failed",
+            failures.clone(),
+        );
+        registry.register(
+            "cluster_shards_desired",
+            "spec.shards of each ValkeyCluster",
+            desired_shards.clone(),
+        );
+        registry.register(
+            "cluster_shards_ready",
+            "Shards of each ValkeyCluster with a primary and the desired number of synced replicas",
+            ready_shards.clone(),
+        );
+        registry.register(
+            "cluster_slots_assigned",
+            "Hash slots with an owner in each ValkeyCluster (16384 when every slot is covered)",
+            slots_assigned.clone(),
+        );
+        registry.register(
+            "cluster_slots_to_move",
+            "Hash slots each ValkeyCluster still has to move to balance its shards (a migration is in progress while above 0)",
+            slots_to_move.clone(),
+        );
+        registry.register(
+            "cluster_failovers",
+            "Failovers seen in each ValkeyCluster (a shard's primary moved to another pod)",
+            failovers.clone(),
         );
         registry.register(
             "cluster_state",
@@ -141,6 +222,12 @@ impl Metrics {
             durations,
             cluster_state,
             steps,
+            failures,
+            desired_shards,
+            ready_shards,
+            slots_assigned,
+            slots_to_move,
+            failovers,
             slots_migrated,
             keys_migrated,
             migration_seconds,
@@ -175,6 +262,32 @@ impl Metrics {
         r
     }
 
+    /// Records a failed reconcile pass of `controller_name` and what failed.
+    pub fn failed(&self, controller_name: &str, reason: &str) {
+        self.failures
+            .get_or_create(&FailureLabels {
+                controller: controller_name.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Sets the figures of one cluster.
+    pub fn set_cluster_figures(&self, namespace: &str, name: &str, f: ClusterFigures) {
+        let l = names(namespace, name);
+        self.desired_shards.get_or_create(&l).set(f.desired_shards);
+        self.ready_shards.get_or_create(&l).set(f.ready_shards);
+        self.slots_assigned.get_or_create(&l).set(f.slots_assigned);
+        self.slots_to_move.get_or_create(&l).set(f.slots_to_move);
+    }
+
+    /// Counts `n` failovers of one cluster.
+    pub fn failovers(&self, namespace: &str, name: &str, n: u64) {
+        self.failovers
+            .get_or_create(&names(namespace, name))
+            .inc_by(n);
+    }
+
     /// Records an executed topology step.
     pub fn step(&self, kind: &str) {
         self.steps
@@ -206,8 +319,18 @@ impl Metrics {
         }
     }
 
-    /// Removes the state gauges of a deleted cluster.
+    /// Removes the series of a deleted cluster.
     pub fn forget_cluster(&self, namespace: &str, name: &str) {
+        let l = names(namespace, name);
+        for family in [
+            &self.desired_shards,
+            &self.ready_shards,
+            &self.slots_assigned,
+            &self.slots_to_move,
+        ] {
+            family.remove(&l);
+        }
+        self.failovers.remove(&l);
         for s in STATES {
             self.cluster_state.remove(&ClusterLabels {
                 namespace: namespace.to_owned(),
@@ -237,6 +360,18 @@ mod tests {
         m.reconciled("valkeycluster", Duration::from_millis(20), false);
         m.reconciled("valkeycluster", Duration::from_millis(20), true);
         m.set_cluster_state("ns", "c", ClusterState::Ready);
+        m.set_cluster_figures(
+            "ns",
+            "c",
+            ClusterFigures {
+                desired_shards: 3,
+                ready_shards: 2,
+                slots_assigned: 16384,
+                slots_to_move: 120,
+            },
+        );
+        m.failovers("ns", "c", 2);
+        m.failed("valkeycluster", "observe");
         m.set_leader(true);
         let text = m.encode();
         assert!(text.contains("valkey_operator_leader 1"), "{text}");
@@ -248,6 +383,16 @@ mod tests {
             "valkey_operator_cluster_state{namespace=\"ns\",name=\"c\",state=\"Ready\"} 1"
         ));
         assert!(text.contains("state=\"Failed\"} 0"));
+        for line in [
+            "valkey_operator_cluster_shards_desired{namespace=\"ns\",name=\"c\"} 3",
+            "valkey_operator_cluster_shards_ready{namespace=\"ns\",name=\"c\"} 2",
+            "valkey_operator_cluster_slots_assigned{namespace=\"ns\",name=\"c\"} 16384",
+            "valkey_operator_cluster_slots_to_move{namespace=\"ns\",name=\"c\"} 120",
+            "valkey_operator_cluster_failovers_total{namespace=\"ns\",name=\"c\"} 2",
+            "valkey_operator_reconcile_failures_total{controller=\"valkeycluster\",reason=\"observe\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing:\n{text}");
+        }
         m.forget_cluster("ns", "c");
         assert!(!m.encode().contains("name=\"c\""));
     }

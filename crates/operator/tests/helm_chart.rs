@@ -729,6 +729,18 @@ fn operator_samples() -> Samples {
     m.reconciled("valkeycluster", Duration::from_millis(5), true);
     m.reconciled("valkeynode", Duration::from_millis(5), false);
     m.set_cluster_state("ns", "c", ClusterState::Ready);
+    m.set_cluster_figures(
+        "ns",
+        "c",
+        valkey_operator::metrics::ClusterFigures {
+            desired_shards: 3,
+            ready_shards: 3,
+            slots_assigned: 16384,
+            slots_to_move: 0,
+        },
+    );
+    m.failovers("ns", "c", 1);
+    m.failed("valkeycluster", "observe");
     m.set_leader(true);
     m.migrated(1, Some(1), Duration::from_millis(5));
     let plan = read("crates/operator/src/cluster/plan/mod.rs");

@@ -438,7 +438,13 @@ fn resize_infeasible(nodes: &[ValkeyNode]) -> Option<String> {
     ))
 }
 
-fn error_policy(vc: Arc<ValkeyCluster>, err: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(vc: Arc<ValkeyCluster>, err: &Error, ctx: Arc<Context>) -> Action {
+    let reason = match err {
+        Error::Observe(_) => "observe",
+        Error::Report(_) => "report",
+        Error::NoNamespace => "no_namespace",
+    };
+    ctx.shared.metrics.failed(CONTROLLER, reason);
     let cluster = format!("{}/{}", vc.namespace().unwrap_or_default(), vc.name_any());
     let _span = tracing::info_span!("retry", cluster = %cluster).entered();
     warn!(error = %err, "reconcile failed");

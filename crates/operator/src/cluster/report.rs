@@ -134,11 +134,29 @@ pub async fn report(
     new_status.tls = r.tls.take();
     new_status.accepted_config = r.accepted_config.take();
     new_status.rejected_config = r.rejected_config.take();
-    ctx.shared
-        .metrics
-        .set_cluster_state(&ns, &name, new_status.state);
+    let metrics = &ctx.shared.metrics;
+    metrics.set_cluster_state(&ns, &name, new_status.state);
+    let t = &r.facts.topology;
+    metrics.set_cluster_figures(
+        &ns,
+        &name,
+        crate::metrics::ClusterFigures {
+            desired_shards: i64::from(r.facts.desired_shards),
+            ready_shards: i64::from(t.ready_shards),
+            slots_assigned: i64::from(t.slots_assigned),
+            slots_to_move: i64::from(t.slots_to_move),
+        },
+    );
     r.events
         .extend(status::transition_events(vc.status.as_ref(), &new_status));
+    let failovers = r
+        .events
+        .iter()
+        .filter(|e| e.reason == valkey_api::status::event::FAILOVER_COMPLETED)
+        .count();
+    if failovers > 0 {
+        metrics.failovers(&ns, &name, u64::try_from(failovers).unwrap_or(u64::MAX));
+    }
     if status::changed(vc.status.as_ref(), &new_status) {
         let api: Api<ValkeyCluster> = Api::namespaced(ctx.shared.client.clone(), &ns);
         let mut patch = serde_json::json!({ "status": new_status });

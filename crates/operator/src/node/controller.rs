@@ -130,7 +130,14 @@ pub async fn run(
     Ok(())
 }
 
-fn error_policy(node: Arc<ValkeyNode>, err: &NodeError, _: Arc<Ctx>) -> Action {
+fn error_policy(node: Arc<ValkeyNode>, err: &NodeError, ctx: Arc<Ctx>) -> Action {
+    let reason = match err {
+        NodeError::Kube(_) => "api",
+        NodeError::Render(_) => "render",
+        NodeError::NoNamespace => "no_namespace",
+        NodeError::Serialize(_) => "serialize",
+    };
+    ctx.metrics.failed(CONTROLLER, reason);
     let cluster = format!(
         "{}/{}",
         node.namespace().unwrap_or_default(),
