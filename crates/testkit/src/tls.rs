@@ -20,6 +20,12 @@ impl TlsFiles {
     /// A new CA and a server certificate whose SANs are `sans` (DNS names, wildcards, or IP
     /// addresses), named after the first.
     pub fn generate_for(sans: &[&str]) -> Self {
+        Self::generate_with_usages(sans, &[])
+    }
+
+    /// Same, with these extended key usages in the server certificate (none: the extension
+    /// is left out, and the certificate is valid for any purpose).
+    pub fn generate_with_usages(sans: &[&str], usages: &[rcgen::ExtendedKeyUsagePurpose]) -> Self {
         use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
         let dir = tempfile::tempdir().expect("tempdir");
         let ca_key = KeyPair::generate().expect("key");
@@ -42,6 +48,7 @@ impl TlsFiles {
             DnType::CommonName,
             sans.first().copied().unwrap_or("valkey"),
         );
+        params.extended_key_usages = usages.to_vec();
         let cert = params.signed_by(&key, &issuer).expect("certificate");
         std::fs::write(dir.path().join("ca.crt"), ca_cert.pem()).expect("write");
         std::fs::write(dir.path().join("tls.crt"), cert.pem()).expect("write");

@@ -2,7 +2,8 @@
 //!
 //! The Secret is judged as the operator's own client would judge a server presenting it: the
 //! certificate in `tls.crt` must chain to `ca.crt`, be within its validity period, and match
-//! `tls.key`. A certificate valid for none of the operator's names is not reported here (the
+//! `tls.key`; and as a Valkey node judges a peer presenting it (cluster bus, replication):
+//! valid for client authentication. A certificate valid for none of the operator's names is not reported here (the
 //! client then tries the pod IP, which an IP SAN may cover).
 
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::WebPkiClientVerifier;
 use rustls::sign::CertifiedKey;
 use rustls::{CertificateError, Error, RootCertStore};
 use sha2::Digest;
@@ -77,18 +79,23 @@ pub fn problem(
             ));
         }
     }
-    let verifier =
-        match WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider).build() {
-            Ok(v) => v,
-            Err(e) => return Some(format!("ca.crt of TLS Secret {name} is not usable: {e}")),
-        };
+    let roots = Arc::new(roots);
+    let verifier = match WebPkiServerVerifier::builder_with_provider(
+        roots.clone(),
+        provider.clone(),
+    )
+    .build()
+    {
+        Ok(v) => v,
+        Err(e) => return Some(format!("ca.crt of TLS Secret {name} is not usable: {e}")),
+    };
     let (leaf, intermediates) = chain.split_first()?;
     for server in names {
         let Ok(server) = ServerName::try_from(server.clone()) else {
             continue;
         };
         let Err(e) = verifier.verify_server_cert(leaf, intermediates, &server, &[], now) else {
-            return None;
+            break;
         };
         let what = match e {
             Error::InvalidCertificate(
@@ -110,7 +117,37 @@ pub fn problem(
             "the certificate in tls.crt of TLS Secret {name} {what}"
         ));
     }
-    None
+    client_auth_problem(name, roots, provider, leaf, intermediates, now)
+}
+
+/// Valkey nodes present the same certificate as TLS clients to each other (cluster bus and
+/// replication links, checked against `ca.crt`), so it must also be valid for client
+/// authentication: a certificate whose extended key usage names `serverAuth` alone (what
+/// cert-manager issues when `usages` is not set) keeps every MEET and replica link from
+/// connecting, and the cluster never forms.
+fn client_auth_problem(
+    name: &str,
+    roots: Arc<RootCertStore>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    leaf: &CertificateDer<'_>,
+    intermediates: &[CertificateDer<'_>],
+    now: UnixTime,
+) -> Option<String> {
+    let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider)
+        .build()
+        .ok()?;
+    match verifier.verify_client_cert(leaf, intermediates, now) {
+        Err(Error::InvalidCertificate(
+            CertificateError::InvalidPurpose | CertificateError::InvalidPurposeContext { .. },
+        )) => Some(format!(
+            "the certificate in tls.crt of TLS Secret {name} is not valid for client \
+             authentication (its extended key usage lacks clientAuth); Valkey nodes present it \
+             to each other on the cluster bus and replication links, which then cannot connect: \
+             issue it with both server and client auth (cert-manager: `usages: [server auth, \
+             client auth, digital signature, key encipherment]`)"
+        )),
+        _ => None,
+    }
 }
 
 /// What the pods should serve and have loaded, from a TLS Secret.
@@ -146,7 +183,9 @@ mod tests {
     use std::collections::BTreeMap;
 
     use k8s_openapi::ByteString;
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use rcgen::{
+        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
 
     use super::*;
 
@@ -158,6 +197,16 @@ mod tests {
 
     /// A CA and a certificate for `sans` valid from the start of year `from` to that of `to`.
     fn material(sans: &[&str], from: i32, to: i32) -> Material {
+        material_with_usages(sans, from, to, &[])
+    }
+
+    /// Same, with these extended key usages (none: the extension is left out).
+    fn material_with_usages(
+        sans: &[&str],
+        from: i32,
+        to: i32,
+        usages: &[ExtendedKeyUsagePurpose],
+    ) -> Material {
         let ca_key = KeyPair::generate().expect("key");
         let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -169,6 +218,7 @@ mod tests {
                 .expect("params");
         params.not_before = rcgen::date_time_ymd(from, 1, 1);
         params.not_after = rcgen::date_time_ymd(to, 1, 1);
+        params.extended_key_usages = usages.to_vec();
         let cert = params.signed_by(&key, &issuer).expect("cert");
         Material {
             ca: ca_cert.pem(),
@@ -206,6 +256,24 @@ mod tests {
             ("tls.key", &ip.key),
         ]);
         assert_eq!(check(Some(&ip)), None);
+    }
+
+    #[test]
+    fn a_server_only_certificate_is_named_and_server_plus_client_is_fine() {
+        use ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+        let of =
+            |m: &Material| secret(&[("ca.crt", &m.ca), ("tls.crt", &m.crt), ("tls.key", &m.key)]);
+        let server_only = material_with_usages(&["*.valkey-c.ns.svc"], 2000, 4000, &[ServerAuth]);
+        let got = check(Some(&of(&server_only))).unwrap_or_default();
+        assert!(got.contains("not valid for client authentication"), "{got}");
+        assert!(got.contains("client auth"), "{got}");
+        let both = material_with_usages(
+            &["*.valkey-c.ns.svc"],
+            2000,
+            4000,
+            &[ServerAuth, ClientAuth],
+        );
+        assert_eq!(check(Some(&of(&both))), None);
     }
 
     #[test]
