@@ -62,7 +62,10 @@ pub const PERSISTENCE_ADD_REMOVE_MESSAGE: &str = "spec.persistence cannot be add
 #[x_kube(validation = kube::core::Rule::new("has(self.persistence) == has(oldSelf.persistence)").message(PERSISTENCE_ADD_REMOVE_MESSAGE))]
 pub struct ValkeyClusterSpec {
     /// Valkey container image. Defaults to `valkey/valkey:9.0.0`. Graceful primary handoff on
-    /// SIGTERM needs Valkey 9.0 or later.
+    /// SIGTERM needs Valkey 9.0 or later. A new image is first checked by a short-lived pod
+    /// running its server on `config` (a refused one is reported with reason InvalidConfig and
+    /// not rolled out); then the pods roll one at a time, each primary handing over to a
+    /// synced replica first.
     #[serde(default = "image_default")]
     #[schemars(length(min = 1, max = 512))]
     pub image: String,
@@ -73,11 +76,14 @@ pub struct ValkeyClusterSpec {
     pub image_pull_secrets: Option<Vec<LocalObjectReference>>,
 
     /// Number of shards (primaries), 1 to 16384. Each shard owns a part of the 16384 hash
-    /// slots.
+    /// slots. Changing it scales the cluster live: new shards receive an even share of the
+    /// slots, removed shards (the highest indexes) are drained before their pods are deleted;
+    /// progress is shown in `status.operation`.
     #[schemars(range(min = 1, max = 16384))]
     pub shards: i32,
 
-    /// Replicas per shard, 0 to 100. Defaults to 0 (primaries only).
+    /// Replicas per shard, 0 to 100. Defaults to 0 (primaries only). Changing it adds or
+    /// removes replicas (never a shard's primary); with 0 a lost pod loses its shard's data.
     #[serde(default)]
     #[schemars(range(min = 0, max = 100))]
     pub replicas: i32,
@@ -86,10 +92,14 @@ pub struct ValkeyClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
 
-    /// Valkey configuration passed to every node, for example `maxmemory-policy: noeviction`.
-    /// `maxclients`, `maxmemory` and `maxmemory-policy` are applied live; other changes roll the
-    /// pods. Settings owned by the operator (ports, cluster, TLS, ACL, persistence paths,
-    /// shutdown behaviour) are rejected. Keys and values must not contain line breaks.
+    /// Valkey configuration passed to every node: `valkey.conf` directives as keys, their
+    /// arguments as string values, for example `{maxmemory: 1gb, maxmemory-policy:
+    /// allkeys-lru, appendonly: "yes"}`. `maxclients`, `maxmemory` and `maxmemory-policy` are
+    /// applied live; other changes roll the pods. Every change is first checked by the image's
+    /// own server: a refused directive is reported (reason InvalidConfig, quoting the server)
+    /// and the pods keep the last accepted settings. Settings owned by the operator (ports,
+    /// cluster, TLS, ACL, persistence paths, shutdown behaviour) are rejected. Keys and values
+    /// must not contain line breaks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::config::schema")]
     #[x_kube(validation = config::owned_keys_rule())]

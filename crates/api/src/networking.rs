@@ -30,7 +30,11 @@ pub struct TlsSpec {
 #[serde(rename_all = "camelCase")]
 pub struct TlsCertificate {
     /// Name of a Secret in the cluster's namespace with keys `ca.crt` (certificate authority),
-    /// `tls.crt` (server certificate or chain) and `tls.key` (private key).
+    /// `tls.crt` (server certificate or chain) and `tls.key` (private key), as cert-manager
+    /// writes them. The certificate must carry the DNS name
+    /// `*.valkey-<cluster>.<namespace>.svc` (add `*.valkey-<cluster>.<namespace>.svc.cluster.local`
+    /// for clients using the full name) and be valid for both server and client auth. An
+    /// updated Secret is reloaded by every pod without a restart (`status.tls`).
     #[schemars(length(max = 253))]
     #[x_kube(validation = kube::core::Rule::new("self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')").message(TLS_SECRET_MESSAGE))]
     pub secret_name: String,

@@ -215,7 +215,7 @@ pub struct ValkeyNodeStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub live_config_keys: Vec<String>,
     /// Standard conditions: Ready, PersistentVolumeClaimReady, PersistentVolumeClaimSizeReady,
-    /// LiveConfigApplied, ACLApplied, WorkloadRollPending.
+    /// LiveConfigApplied, ACLApplied, TLSCertificateApplied, WorkloadRollPending.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -53,7 +53,8 @@ pub struct SchedulingSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerations: Option<Vec<Toleration>>,
 
-    /// Node labels every Valkey pod's node must carry.
+    /// Node labels every Valkey pod's node must carry, for example
+    /// `{kubernetes.io/arch: amd64, node-pool: valkey}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
 

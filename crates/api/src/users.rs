@@ -36,8 +36,9 @@ pub const PERMISSIONS_MESSAGE: &str =
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!(has(self.passwordSecret) && has(self.nopass) && self.nopass)").message(PASSWORD_EXCLUSIVE_MESSAGE))]
 pub struct UserSpec {
-    /// ACL user name. Names starting with `_` are reserved for the operator's system users, and
-    /// `default` (Valkey's default user) is disabled by the operator.
+    /// ACL user name, for example `app`. Names starting with `_` are reserved for the
+    /// operator's system users; `default` is refused (the operator keeps Valkey's default user
+    /// disabled, so clients authenticate as a named user).
     #[schemars(length(min = 1, max = 128))]
     #[x_kube(validation = Rule::new("!self.startsWith('_')").message(RESERVED_NAME_MESSAGE))]
     #[x_kube(validation = Rule::new("self != 'default'").message(DEFAULT_USER_MESSAGE))]
@@ -45,7 +46,11 @@ pub struct UserSpec {
     pub name: String,
 
     /// Passwords of the user, read from keys of a Secret in the cluster's namespace. Several keys
-    /// may be listed to rotate passwords without downtime. Mutually exclusive with `nopass: true`.
+    /// may be listed to rotate passwords without downtime: add the new key, move the clients,
+    /// remove the old key. Changes to the Secret apply to every pod within seconds, without a
+    /// restart. A missing Secret or key holds this user (its last applied rules stay, or it
+    /// is left out) and sets Ready=False with reason UsersACLError; other users still apply.
+    /// Mutually exclusive with `nopass: true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_secret: Option<PasswordSecret>,
 
@@ -65,7 +70,11 @@ pub struct UserSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channels: Option<ChannelRules>,
 
-    /// Raw ACL rules appended after the generated rules, for example `+@all ~* &*`.
+    /// Raw ACL rules appended after the generated rules, in Valkey's `ACL SETUSER` syntax, for
+    /// example `+@all -@dangerous ~app:* &*`. They are checked by a live server before use: a
+    /// rule Valkey refuses holds this user (its last applied rules stay, or it is left out)
+    /// and sets Ready=False with reason UsersACLError quoting the server; other users still
+    /// apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4096))]
     #[x_kube(validation = Rule::new(r"!self.contains('\n') && !self.contains('\r')").message(PERMISSIONS_MESSAGE))]

@@ -16,6 +16,8 @@
 //!    its only credentials). A cluster with `exporter.enabled: false` and a busybox sidecar in
 //!    `spec.containers` has exactly `server` + the sidecar, nothing listening on 9121, and the
 //!    sidecar running, ready and writing its output.
+//!    4b. Every query of the chart's Grafana dashboard finds its series, with the labels it
+//!    filters on, in the metrics scraped from cluster 1's exporters and from the operator.
 //! 5. Once the Ready clusters have settled (and the unsatisfiable one is deleted), watches on
 //!    every kind the operator writes in the namespace see no ADDED/MODIFIED/DELETED for 60 s
 //!    (Pods excluded: the kubelet writes their status). Positive control: a ConfigMap and an
@@ -44,6 +46,7 @@ use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use valkey_api::status::ClusterState;
 use valkey_api::{ValkeyCluster, ValkeyNode};
+use valkey_testkit::promql;
 
 const PW: &str = "app-password-1";
 const SHARD_LABEL: &str = "valkey.io/shard-index";
@@ -271,6 +274,57 @@ async fn node_spread_and_exporter(client: &Client, t0: Instant) -> anyhow::Resul
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+    Ok(())
+}
+
+/// Scenario 4b: every query of the chart's Grafana dashboard (panels and variables), for
+/// cluster 1, names series that exist with the labels it filters on: the exporter metrics of
+/// every pod (with the target labels the chart's PodMonitor gives them, from the pods' real
+/// labels) and the operator's own metrics, as scraped now.
+async fn dashboard_queries_find_their_series(
+    client: &Client,
+    operator_metrics: &str,
+) -> anyhow::Result<()> {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let chart = repo.join("deploy/helm/valkey-operator");
+    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        chart.join("dashboards/valkey-cluster.json"),
+    )?)?;
+    let relabelings = promql::pod_label_relabelings(&std::fs::read_to_string(
+        chart.join("templates/podmonitor.yaml"),
+    )?);
+    let mut samples = promql::Samples::new();
+    promql::parse_exposition(operator_metrics, &mut samples);
+    for p in pods_of(client, NODE_SPREAD).await? {
+        let ip = pod_ip(&p).context("pod ip")?;
+        let (code, body) = http_get(&ip, 9121, "/metrics").await?;
+        ensure!(code == 200, "{}: /metrics HTTP {code}", name_of(&p));
+        let mut pod = promql::Samples::new();
+        promql::parse_exposition(&body, &mut pod);
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        let target = promql::pod_target_labels(NS, &name_of(&p), &labels, &relabelings);
+        promql::with_target_labels(&mut pod, &target);
+        promql::merge(&mut samples, pod);
+    }
+    let vars = BTreeMap::from([
+        ("namespace".to_owned(), NS.to_owned()),
+        ("cluster".to_owned(), NODE_SPREAD.to_owned()),
+    ]);
+    let queries = promql::dashboard_queries(&dashboard);
+    let mut failed = Vec::new();
+    for (place, expr) in &queries {
+        if let Err(e) = promql::check_query(&promql::substitute(expr, &vars), &samples) {
+            failed.push(format!("{place}: {e}"));
+        }
+    }
+    ensure!(
+        failed.is_empty(),
+        "dashboard queries without series: {failed:#?}"
+    );
+    eprintln!(
+        "dashboard: {} queries, all with series scraped from {NODE_SPREAD}'s pods and the operator",
+        queries.len()
+    );
     Ok(())
 }
 
@@ -763,6 +817,9 @@ async fn operator_root_spread_exporter_sidecar_and_idle() -> anyhow::Result<()> 
         }
     }
     ensure!(failures.is_empty(), "failed: {failures:#?}");
+
+    // 4b. The Grafana dashboard against what this localkube really exports.
+    dashboard_queries_find_their_series(&client, &fx.metrics()).await?;
 
     // 5. No writes by an idle operator (the unsatisfiable cluster is gone already).
     for name in [NODE_SPREAD, ZONE_SPREAD, SIDECAR] {

@@ -262,6 +262,17 @@ impl Metrics {
         r
     }
 
+    /// Creates the failure counters of `controller_name` at 0, one per reason, so that
+    /// `rate()` and `increase()` see the first failure.
+    pub fn declare_failures(&self, controller_name: &str, reasons: &[&str]) {
+        for reason in reasons {
+            let _ = self.failures.get_or_create(&FailureLabels {
+                controller: controller_name.to_owned(),
+                reason: (*reason).to_owned(),
+            });
+        }
+    }
+
     /// Records a failed reconcile pass of `controller_name` and what failed.
     pub fn failed(&self, controller_name: &str, reason: &str) {
         self.failures
@@ -279,6 +290,8 @@ impl Metrics {
         self.ready_shards.get_or_create(&l).set(f.ready_shards);
         self.slots_assigned.get_or_create(&l).set(f.slots_assigned);
         self.slots_to_move.get_or_create(&l).set(f.slots_to_move);
+        // The counter exists from the start at 0, so `increase()` counts the first failover.
+        let _ = self.failovers.get_or_create(&l);
     }
 
     /// Counts `n` failovers of one cluster.

@@ -24,6 +24,7 @@ use valkey_api::labels;
 use valkey_api::status::ClusterState;
 use valkey_operator::metrics::Metrics;
 use valkey_operator::render::{config_check, names};
+use valkey_testkit::promql::{self, Samples, parse_exposition};
 use valkey_testkit::{Flavor, Server, bins, form_cluster, free_port, operator_pool};
 
 const CHART: &str = "deploy/helm/valkey-operator";
@@ -505,6 +506,132 @@ fn monitoring_objects_render_only_when_enabled_and_select_the_operators_objects(
     );
 }
 
+// ------------------------------------------------------------------------------ dashboard
+
+const DASHBOARD: &str = "dashboards/valkey-cluster.json";
+
+/// What the dashboard must show (issue 13): per-shard ops/s, memory vs maxmemory, replication
+/// offset lag, connected clients, keyspace hits/misses, slot migration progress, failovers.
+const DASHBOARD_METRICS: [&str; 11] = [
+    "redis_commands_processed_total",
+    "redis_memory_used_bytes",
+    "redis_memory_max_bytes",
+    "redis_master_repl_offset",
+    "redis_connected_slave_offset_bytes",
+    "redis_connected_clients",
+    "redis_keyspace_hits_total",
+    "redis_keyspace_misses_total",
+    "valkey_operator_cluster_slots_to_move",
+    "valkey_operator_slots_migrated_total",
+    "valkey_operator_cluster_failovers_total",
+];
+
+fn dashboard() -> Value {
+    serde_json::from_str(&read(&format!("{CHART}/{DASHBOARD}"))).expect("dashboard JSON")
+}
+
+/// Every panel of a dashboard (rows and the panels inside collapsed rows included).
+fn all_panels(list: &Value) -> Vec<&Value> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| std::iter::once(p).chain(all_panels(&p["panels"])))
+        .collect()
+}
+
+#[test]
+fn dashboard_is_well_formed_and_shipped_by_the_chart_when_enabled() {
+    let d = dashboard();
+    assert_eq!(d["uid"], "valkey-cluster");
+    let vars: Vec<&str> = d["templating"]["list"]
+        .as_array()
+        .expect("variables")
+        .iter()
+        .map(|v| v["name"].as_str().expect("variable name"))
+        .collect();
+    assert_eq!(vars, ["datasource", "namespace", "cluster"]);
+    let panels = all_panels(&d["panels"]);
+    let mut ids = BTreeSet::new();
+    let mut cells = BTreeSet::new();
+    for p in &panels {
+        let title = p["title"].as_str().expect("title");
+        assert!(
+            ids.insert(p["id"].as_u64().expect("id")),
+            "{title}: id taken"
+        );
+        let g = &p["gridPos"];
+        let (x, y, w, h) = (
+            g["x"].as_u64().expect("x"),
+            g["y"].as_u64().expect("y"),
+            g["w"].as_u64().expect("w"),
+            g["h"].as_u64().expect("h"),
+        );
+        assert!(x + w <= 24 && w > 0 && h > 0, "{title}: gridPos {g}");
+        for cx in x..x + w {
+            for cy in y..y + h {
+                assert!(cells.insert((cx, cy)), "{title} overlaps another panel");
+            }
+        }
+        if p["type"] == "row" {
+            continue;
+        }
+        assert!(
+            p["description"].as_str().is_some_and(|s| !s.is_empty()),
+            "{title}: no description"
+        );
+        assert_eq!(p["datasource"]["uid"], "${datasource}", "{title}");
+        let targets = p["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{title}: no query");
+        for t in targets {
+            let expr = t["expr"].as_str().expect("expr");
+            // Every exporter series is this cluster's; every per-cluster operator series too.
+            for sel in promql::selectors(expr) {
+                let has = |l: &str, v: &str| {
+                    sel.matchers
+                        .iter()
+                        .any(|(k, op, val)| k == l && op == "=" && val == v)
+                };
+                if sel.name.starts_with("redis_") {
+                    assert!(
+                        has("namespace", "$namespace") && has("valkey_cluster", "$cluster"),
+                        "{title}: {} is not scoped to the selected cluster",
+                        sel.name
+                    );
+                } else if sel.name.starts_with("valkey_operator_cluster_") {
+                    assert!(
+                        has("namespace", "$namespace") && has("name", "$cluster"),
+                        "{title}: {} is not scoped to the selected cluster",
+                        sel.name
+                    );
+                }
+            }
+        }
+    }
+
+    // The chart ships it as a ConfigMap for Grafana's sidecar, only when asked.
+    assert!(!kinds(&render(&[])).contains(&"ConfigMap"));
+    let all = chart().join(ALL_FEATURES);
+    let docs = render(&["--values", all.to_str().expect("path")]);
+    let cm = one(&docs, "ConfigMap");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(cm["metadata"]["annotations"]["grafana_folder"], "Valkey");
+    assert_eq!(cm["metadata"]["namespace"], NAMESPACE);
+    let shipped: Value =
+        serde_json::from_str(cm["data"]["valkey-cluster.json"].as_str().expect("data"))
+            .expect("shipped JSON");
+    assert_eq!(shipped, d);
+    let elsewhere = render(&[
+        "--set",
+        "grafanaDashboard.enabled=true",
+        "--set",
+        "grafanaDashboard.namespace=monitoring",
+    ]);
+    assert_eq!(
+        one(&elsewhere, "ConfigMap")["metadata"]["namespace"],
+        "monitoring"
+    );
+}
+
 // ------------------------------------------------------------------------------ metric names
 
 struct Rule {
@@ -525,201 +652,6 @@ fn rules(rule: &Value) -> Vec<Rule> {
             labels: r["labels"].clone(),
         })
         .collect()
-}
-
-/// A vector selector of a PromQL expression: metric name and label matchers
-/// `(label, operator, value)`.
-#[derive(Debug)]
-struct Selector {
-    name: String,
-    matchers: Vec<(String, String, String)>,
-}
-
-/// Words of PromQL that are not metric names: binary operators, modifiers, aggregations.
-const PROMQL_WORDS: [&str; 23] = [
-    "and",
-    "or",
-    "unless",
-    "by",
-    "without",
-    "on",
-    "ignoring",
-    "group_left",
-    "group_right",
-    "offset",
-    "bool",
-    "sum",
-    "min",
-    "max",
-    "avg",
-    "count",
-    "stddev",
-    "stdvar",
-    "topk",
-    "bottomk",
-    "quantile",
-    "count_values",
-    "group",
-];
-
-fn is_ident(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_' || c == ':'
-}
-
-/// Index of the character after the quoted string starting at `i`.
-fn skip_string(c: &[char], i: usize) -> usize {
-    let q = c[i];
-    let mut j = i + 1;
-    while j < c.len() && c[j] != q {
-        j += if c[j] == '\\' { 2 } else { 1 };
-    }
-    j + 1
-}
-
-fn skip_space(c: &[char], mut i: usize) -> usize {
-    while i < c.len() && c[i].is_whitespace() {
-        i += 1;
-    }
-    i
-}
-
-/// The vector selectors of a PromQL expression (enough PromQL for alert rules: functions,
-/// aggregations with `by`/`without`, `on`/`ignoring`, `offset`, ranges, numbers, strings).
-fn selectors(expr: &str) -> Vec<Selector> {
-    let c: Vec<char> = expr.chars().collect();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < c.len() {
-        let ch = c[i];
-        if ch == '"' || ch == '\'' {
-            i = skip_string(&c, i);
-        } else if ch == '[' {
-            while i < c.len() && c[i] != ']' {
-                i += 1;
-            }
-            i += 1;
-        } else if ch.is_ascii_digit() {
-            while i < c.len() && (c[i].is_ascii_alphanumeric() || c[i] == '.') {
-                i += 1;
-            }
-        } else if ch.is_ascii_alphabetic() || ch == '_' || ch == ':' {
-            let start = i;
-            while i < c.len() && is_ident(c[i]) {
-                i += 1;
-            }
-            let word: String = c[start..i].iter().collect();
-            let next = skip_space(&c, i);
-            match word.as_str() {
-                "by" | "without" | "on" | "ignoring" | "group_left" | "group_right" => {
-                    if c.get(next) == Some(&'(') {
-                        while i < c.len() && c[i] != ')' {
-                            i += 1;
-                        }
-                        i += 1;
-                    }
-                }
-                "offset" => {
-                    i = next;
-                    while i < c.len() && c[i].is_ascii_alphanumeric() {
-                        i += 1;
-                    }
-                }
-                w if PROMQL_WORDS.contains(&w) || c.get(next) == Some(&'(') => {}
-                _ => {
-                    let mut sel = Selector {
-                        name: word,
-                        matchers: Vec::new(),
-                    };
-                    if c.get(next) == Some(&'{') {
-                        i = next + 1;
-                        loop {
-                            i = skip_space(&c, i);
-                            if i >= c.len() || c[i] == '}' {
-                                i += 1;
-                                break;
-                            }
-                            if c[i] == ',' {
-                                i += 1;
-                                continue;
-                            }
-                            let l0 = i;
-                            while i < c.len() && is_ident(c[i]) {
-                                i += 1;
-                            }
-                            let label: String = c[l0..i].iter().collect();
-                            i = skip_space(&c, i);
-                            let o0 = i;
-                            while i < c.len() && "=!~".contains(c[i]) {
-                                i += 1;
-                            }
-                            let op: String = c[o0..i].iter().collect();
-                            i = skip_space(&c, i);
-                            let end = skip_string(&c, i);
-                            let value: String = c[i + 1..end - 1].iter().collect();
-                            i = end;
-                            assert!(!label.is_empty() && !op.is_empty(), "bad matcher in {expr}");
-                            sel.matchers.push((label, op, value));
-                        }
-                    }
-                    out.push(sel);
-                }
-            }
-        } else {
-            i += 1;
-        }
-    }
-    out
-}
-
-/// Metric name → label sets of the samples of a Prometheus text exposition.
-type Samples = BTreeMap<String, Vec<BTreeMap<String, String>>>;
-
-fn parse_exposition(text: &str, into: &mut Samples) {
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            // Families without samples yet still name their series.
-            let mut w = rest.split_whitespace();
-            if let (Some(name), Some(kind)) = (w.next(), w.next()) {
-                let series: Vec<String> = match kind {
-                    "counter" if !name.ends_with("_total") => vec![format!("{name}_total")],
-                    "histogram" => ["_bucket", "_sum", "_count"]
-                        .iter()
-                        .map(|s| format!("{name}{s}"))
-                        .collect(),
-                    _ => vec![name.to_owned()],
-                };
-                for s in series {
-                    into.entry(s).or_default();
-                }
-            }
-            continue;
-        }
-        if line.starts_with('#') || line.trim().is_empty() {
-            continue;
-        }
-        let c: Vec<char> = line.chars().collect();
-        let end = c.iter().position(|&x| !is_ident(x)).unwrap_or(c.len());
-        let name: String = c[..end].iter().collect();
-        let mut labels = BTreeMap::new();
-        if c.get(end) == Some(&'{') {
-            let mut i = end + 1;
-            while i < c.len() && c[i] != '}' {
-                if c[i] == ',' {
-                    i += 1;
-                    continue;
-                }
-                let l0 = i;
-                while c[i] != '=' {
-                    i += 1;
-                }
-                let label: String = c[l0..i].iter().collect();
-                let v_end = skip_string(&c, i + 1);
-                labels.insert(label, c[i + 2..v_end - 1].iter().collect::<String>());
-                i = v_end;
-            }
-        }
-        into.entry(name).or_default().push(labels);
-    }
 }
 
 /// Every series the operator exports, each with samples: its registry after recording one of
@@ -821,59 +753,69 @@ async fn exporter_samples() -> Samples {
     out
 }
 
+/// The target labels the chart's PodMonitor gives the exporter of pod `pod` (shard 0, node 0)
+/// of cluster `cluster` in namespace `ns`.
+fn exporter_target_labels(ns: &str, cluster: &str, pod: &str) -> BTreeMap<String, String> {
+    let podmonitor = read(&format!("{CHART}/templates/podmonitor.yaml"));
+    let relabelings = promql::pod_label_relabelings(&podmonitor);
+    assert_eq!(relabelings.len(), 3, "{podmonitor}");
+    let pod_labels = BTreeMap::from([
+        (labels::CLUSTER.to_owned(), cluster.to_owned()),
+        (labels::SHARD_INDEX.to_owned(), "0".to_owned()),
+        (labels::NODE_INDEX.to_owned(), "0".to_owned()),
+    ]);
+    promql::pod_target_labels(ns, pod, &pod_labels, &relabelings)
+}
+
+/// Every series the operator and a real redis_exporter (with the PodMonitor's target labels)
+/// export, for cluster `c` in namespace `ns`.
+async fn all_samples() -> Samples {
+    let mut all = operator_samples();
+    assert!(all.keys().all(|n| n.starts_with("valkey_operator_")));
+    let mut exporter = exporter_samples().await;
+    promql::with_target_labels(
+        &mut exporter,
+        &exporter_target_labels("ns", "c", "valkey-c-0-0"),
+    );
+    promql::merge(&mut all, exporter);
+    all
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prometheus_rule_uses_only_metrics_the_operator_or_redis_exporter_export() {
-    let operator = operator_samples();
-    let exporter = exporter_samples().await;
-    assert!(operator.keys().all(|n| n.starts_with("valkey_operator_")));
+async fn prometheus_rule_and_dashboard_use_only_metrics_the_operator_or_redis_exporter_export() {
+    let samples = all_samples().await;
     let all = chart().join(ALL_FEATURES);
     let docs = render(&["--values", all.to_str().expect("path")]);
     let rules = rules(one(&docs, "PrometheusRule"));
     let mut used = BTreeSet::new();
     for r in &rules {
-        let sels = selectors(&r.expr);
-        assert!(!sels.is_empty(), "{}: no metric in {}", r.alert, r.expr);
-        for s in sels {
-            let samples = operator
-                .get(&s.name)
-                .or(exporter.get(&s.name))
-                .unwrap_or_else(|| {
-                    panic!(
-                        "{}: {} is exported neither by the operator nor by redis_exporter",
-                        r.alert, s.name
-                    )
-                });
-            for (label, op, value) in &s.matchers {
-                let seen: BTreeSet<&str> = samples
-                    .iter()
-                    .filter_map(|l| l.get(label).map(String::as_str))
-                    .collect();
-                assert!(
-                    !seen.is_empty(),
-                    "{}: {} has no label {label}",
-                    r.alert,
-                    s.name
-                );
-                let wanted: Vec<&str> = match op.as_str() {
-                    "=" => vec![value.as_str()],
-                    "=~" => value.split('|').collect(),
-                    _ => vec![],
-                };
-                for v in wanted {
-                    assert!(
-                        seen.contains(v),
-                        "{}: {}{{{label}=\"{v}\"}} never occurs (values seen: {seen:?})",
-                        r.alert,
-                        s.name
-                    );
-                }
-            }
-            used.insert(s.name);
-        }
+        let names = promql::check_query(&r.expr, &samples)
+            .unwrap_or_else(|e| panic!("alert {}: {e}", r.alert));
+        used.extend(names);
     }
     eprintln!("metrics used by {} alerts: {used:?}", rules.len());
     assert!(used.iter().any(|n| n.starts_with("valkey_operator_")));
     assert!(used.iter().any(|n| n.starts_with("redis_")));
+
+    let dashboard = dashboard();
+    let vars = BTreeMap::from([
+        ("namespace".to_owned(), "ns".to_owned()),
+        ("cluster".to_owned(), "c".to_owned()),
+    ]);
+    let queries = promql::dashboard_queries(&dashboard);
+    let mut used = BTreeSet::new();
+    for (place, expr) in &queries {
+        let names = promql::check_query(&promql::substitute(expr, &vars), &samples)
+            .unwrap_or_else(|e| panic!("dashboard {place}: {e}"));
+        used.extend(names);
+    }
+    eprintln!(
+        "metrics used by {} dashboard queries: {used:?}",
+        queries.len()
+    );
+    for wanted in DASHBOARD_METRICS {
+        assert!(used.contains(wanted), "the dashboard shows no {wanted}");
+    }
 }
 
 // ------------------------------------------------------------------------------ a real install

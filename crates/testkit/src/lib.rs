@@ -8,6 +8,7 @@
 pub mod bins;
 pub mod cluster;
 pub mod keys;
+pub mod promql;
 pub mod server;
 pub mod tls;
 

@@ -438,13 +438,19 @@ fn resize_infeasible(nodes: &[ValkeyNode]) -> Option<String> {
     ))
 }
 
+/// The `reason` label of `valkey_operator_reconcile_failures_total` for each error.
+const FAILURE_REASONS: [&str; 3] = ["observe", "report", "no_namespace"];
+
+fn failure_reason(err: &Error) -> &'static str {
+    match err {
+        Error::Observe(_) => FAILURE_REASONS[0],
+        Error::Report(_) => FAILURE_REASONS[1],
+        Error::NoNamespace => FAILURE_REASONS[2],
+    }
+}
+
 fn error_policy(vc: Arc<ValkeyCluster>, err: &Error, ctx: Arc<Context>) -> Action {
-    let reason = match err {
-        Error::Observe(_) => "observe",
-        Error::Report(_) => "report",
-        Error::NoNamespace => "no_namespace",
-    };
-    ctx.shared.metrics.failed(CONTROLLER, reason);
+    ctx.shared.metrics.failed(CONTROLLER, failure_reason(err));
     let cluster = format!("{}/{}", vc.namespace().unwrap_or_default(), vc.name_any());
     let _span = tracing::info_span!("retry", cluster = %cluster).entered();
     warn!(error = %err, "reconcile failed");
@@ -457,6 +463,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
+    metrics.declare_failures(CONTROLLER, &FAILURE_REASONS);
     let ctx = Arc::new(Context::new(client.clone(), metrics));
     let managed = watcher::Config::default().labels(labels::CLUSTER);
     let clusters: Api<ValkeyCluster> = Api::all(client.clone());

@@ -100,6 +100,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
+    metrics.declare_failures(CONTROLLER, &FAILURE_REASONS);
     let nodes: Api<ValkeyNode> = Api::all(client.clone());
     let owned = watcher::Config::default().labels(&managed_selector());
     Controller::new(nodes, watcher::Config::default())
@@ -130,14 +131,20 @@ pub async fn run(
     Ok(())
 }
 
+/// The `reason` label of `valkey_operator_reconcile_failures_total` for each error.
+const FAILURE_REASONS: [&str; 4] = ["api", "render", "no_namespace", "serialize"];
+
+fn failure_reason(err: &NodeError) -> &'static str {
+    match err {
+        NodeError::Kube(_) => FAILURE_REASONS[0],
+        NodeError::Render(_) => FAILURE_REASONS[1],
+        NodeError::NoNamespace => FAILURE_REASONS[2],
+        NodeError::Serialize(_) => FAILURE_REASONS[3],
+    }
+}
+
 fn error_policy(node: Arc<ValkeyNode>, err: &NodeError, ctx: Arc<Ctx>) -> Action {
-    let reason = match err {
-        NodeError::Kube(_) => "api",
-        NodeError::Render(_) => "render",
-        NodeError::NoNamespace => "no_namespace",
-        NodeError::Serialize(_) => "serialize",
-    };
-    ctx.metrics.failed(CONTROLLER, reason);
+    ctx.metrics.failed(CONTROLLER, failure_reason(err));
     let cluster = format!(
         "{}/{}",
         node.namespace().unwrap_or_default(),
