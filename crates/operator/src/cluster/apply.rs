@@ -32,6 +32,20 @@ pub enum Applied {
     Unchanged,
 }
 
+/// What the status and the event say of a failed write: the API server's own message, and for
+/// a refusal by RBAC (403) what to change.
+pub fn failure_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => format!(
+            "{}: the operator's ServiceAccount lacks this permission; grant it in the operator's \
+             ClusterRole (deploy/operator.yaml or the Helm chart)",
+            s.message
+        ),
+        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        e => e.to_string(),
+    }
+}
+
 /// Whether every field present in `desired` has the same value in `observed` (objects compared
 /// key by key, lists element by element with equal length, scalars by equality).
 pub fn is_subset(desired: &Value, observed: &Value) -> bool {
@@ -216,12 +230,13 @@ impl ApplyReport {
             ),
             Ok(Applied::Unchanged) => {}
             Err(e) => {
+                let message = failure_message(&e);
                 self.events.extend(
                     ev.failed
-                        .map(|r| EventSpec::warning(r, "Apply", e.to_string())),
+                        .map(|r| EventSpec::warning(r, "Apply", message.clone())),
                 );
                 self.failure
-                    .get_or_insert_with(|| ChildFailure::new(child, e.to_string()));
+                    .get_or_insert_with(|| ChildFailure::new(child, message));
             }
         }
     }
@@ -236,7 +251,7 @@ impl ApplyReport {
             Ok(_) => {}
             Err(e) => {
                 self.failure
-                    .get_or_insert_with(|| ChildFailure::new(child, e.to_string()));
+                    .get_or_insert_with(|| ChildFailure::new(child, failure_message(&e)));
             }
         }
     }
@@ -353,6 +368,27 @@ pub async fn apply_all(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_forbidden_write_says_what_to_grant() {
+        let status = |code: u16, reason: &str| {
+            let s: kube::core::Status = serde_json::from_value(json!({
+                "code": code, "reason": reason,
+                "message": "poddisruptionbudgets.policy \"p\" is forbidden: User \"u\" cannot patch resource"
+            }))
+            .expect("status");
+            kube::Error::Api(Box::new(s))
+        };
+        let m = failure_message(&status(403, "Forbidden"));
+        assert!(
+            m.starts_with("poddisruptionbudgets.policy \"p\" is forbidden"),
+            "{m}"
+        );
+        assert!(m.contains("grant it in the operator's ClusterRole"), "{m}");
+        assert!(!m.contains("Status {"), "{m}");
+        let m = failure_message(&status(422, "Invalid"));
+        assert!(m.ends_with("(422 Invalid)"), "{m}");
+    }
 
     #[test]
     fn server_defaults_do_not_trigger_apply() {

@@ -1,0 +1,353 @@
+//! Needs root (localkube runs pods as processes). The operator **as a pod**, installed from
+//! `deploy/crds/` and `deploy/operator.yaml` unchanged with `kubectl apply`, on a full
+//! localkube (real kube-apiserver with RBAC, controller-manager, scheduler, process pods):
+//!
+//! * the image `valkey-operator:latest` maps to this crate's binary (localkube's image table,
+//!   entrypoint and command as in `deploy/Dockerfile`);
+//! * the pod reaches the API server through `KUBERNETES_SERVICE_HOST`/`PORT` and authenticates
+//!   with its projected service-account token (kube-rs' in-cluster config), takes the
+//!   leader-election Lease and turns Ready on `/readyz`;
+//! * it brings a 3×1 ValkeyCluster to Ready with the manifest's RBAC alone;
+//! * with `patch` on PodDisruptionBudgets taken out of its ClusterRole, a new cluster reports
+//!   `Ready=False` with reason `PodDisruptionBudgetError` and the API server's words (which
+//!   verb on which resource is forbidden to which ServiceAccount, and where to grant it); with
+//!   the verb given back,
+//!   that cluster becomes Ready.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use serde_json::Value;
+use valkey_api::ValkeyCluster;
+use valkey_api::status::{ClusterState, reason};
+
+const NAMESPACE: &str = "valkey-operator";
+const APPS: &str = "apps";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    use std::io::Write;
+    let bin = localkube::runtime::images::default_bin_cache().join("kubectl");
+    let mut child = Command::new(bin)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl (install it with `bash hack/install-deps.sh`)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.unwrap_or_default().as_bytes())
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The ValkeyCluster `name` and its app user's Secret (`shards` × `replicas`).
+fn cluster_yaml(name: &str, shards: u32, replicas: u32) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Secret
+metadata: {{name: {name}-app, namespace: {APPS}}}
+stringData: {{password: app-password}}
+---
+apiVersion: valkey.io/v1alpha1
+kind: ValkeyCluster
+metadata: {{name: {name}, namespace: {APPS}}}
+spec:
+  shards: {shards}
+  replicas: {replicas}
+  image: valkey/valkey:9.0.0
+  users:
+    - name: app
+      passwordSecret: {{name: {name}-app, keys: [password]}}
+      permissions: "+@all ~* &*"
+"#
+    )
+}
+
+async fn status_of(client: &Client, name: &str) -> Option<valkey_api::ValkeyClusterStatus> {
+    Api::<ValkeyCluster>::namespaced(client.clone(), APPS)
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()?
+        .status
+}
+
+/// The `rules` of the operator's ClusterRole in `deploy/operator.yaml`, as JSON.
+fn cluster_role_rules(kubeconfig: &Path) -> Value {
+    let role: Value = serde_json::from_str(&kubectl(
+        kubeconfig,
+        &["get", "clusterrole", "valkey-operator", "-o", "json"],
+        None,
+    ))
+    .expect("ClusterRole JSON");
+    role["rules"].clone()
+}
+
+fn set_cluster_role_rules(kubeconfig: &Path, rules: &Value) {
+    let patch = serde_json::json!({ "rules": rules }).to_string();
+    kubectl(
+        kubeconfig,
+        &[
+            "patch",
+            "clusterrole",
+            "valkey-operator",
+            "--type",
+            "merge",
+            "-p",
+            &patch,
+        ],
+        None,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_cluster_root_operator_pod_from_deploy_manifests() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // The operator image → this crate's binary, as deploy/Dockerfile runs it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = dir.path().join("images.yaml");
+    std::fs::write(
+        &table,
+        format!(
+            "includeDefaults: true\nimages:\n  - name: valkey-operator\n    patterns: [\"valkey-operator:*\"]\n    links: {{valkey-operator: {}}}\n    entrypoint: [valkey-operator]\n    cmd: [run]\n",
+            env!("CARGO_BIN_EXE_valkey-operator")
+        ),
+    )
+    .expect("image table");
+    let t0 = Instant::now();
+    let env = localkube::Env::start(localkube::Options {
+        nodes: 3,
+        zones: 3,
+        image_table: Some(table),
+        ..Default::default()
+    })
+    .await
+    .expect("localkube");
+    eprintln!(
+        "MEASURE localkube start: {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+    let kubeconfig = env.kubeconfig_path();
+    let client = env.client();
+
+    // Install exactly what a user applies.
+    let t = Instant::now();
+    let crds = repo().join("deploy/crds");
+    kubectl(
+        &kubeconfig,
+        &["apply", "--server-side", "-f", crds.to_str().expect("path")],
+        None,
+    );
+    kubectl(
+        &kubeconfig,
+        &[
+            "wait",
+            "--for",
+            "condition=Established",
+            "--timeout",
+            "60s",
+            "crd/valkeyclusters.valkey.io",
+            "crd/valkeynodes.valkey.io",
+        ],
+        None,
+    );
+    let manifest = repo().join("deploy/operator.yaml");
+    kubectl(
+        &kubeconfig,
+        &["apply", "-f", manifest.to_str().expect("path")],
+        None,
+    );
+
+    // The operator pod: Running, Ready (leader), holding the Lease.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let pod = wait_for("the operator pod Ready", Duration::from_secs(120), || {
+        let pods = pods.clone();
+        async move {
+            let list = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/name=valkey-operator"))
+                .await
+                .ok()?;
+            list.items.into_iter().find(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+        }
+    })
+    .await;
+    let pod_name = pod.metadata.name.clone().expect("name");
+    eprintln!(
+        "MEASURE operator pod Ready: {:.1}s after apply",
+        t.elapsed().as_secs_f64()
+    );
+    let spec = pod.spec.as_ref().expect("spec");
+    assert_eq!(
+        spec.service_account_name.as_deref(),
+        Some("valkey-operator")
+    );
+    let token_volume = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name.starts_with("kube-api-access-"))
+        .expect("the projected service-account token volume the API server adds");
+    assert!(token_volume.projected.is_some());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let holder = wait_for("the Lease held by the pod", Duration::from_secs(30), || {
+        let leases = leases.clone();
+        async move {
+            let list = leases.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find_map(|l| l.spec?.holder_identity)
+        }
+    })
+    .await;
+    // The identity is `<POD_NAME>_<pid>_<random>`.
+    assert!(
+        holder.starts_with(&format!("{pod_name}_")),
+        "the Lease is held by {holder}, not by {pod_name}"
+    );
+
+    // A 3×1 cluster, reconciled by the pod alone.
+    kubectl(&kubeconfig, &["create", "namespace", APPS], None);
+    let t = Instant::now();
+    kubectl(
+        &kubeconfig,
+        &["apply", "-f", "-"],
+        Some(&cluster_yaml("c1", 3, 1)),
+    );
+    let status = wait_for("c1 Ready", Duration::from_secs(240), || {
+        let client = client.clone();
+        async move {
+            let s = status_of(&client, "c1").await?;
+            (s.state == ClusterState::Ready).then_some(s)
+        }
+    })
+    .await;
+    eprintln!(
+        "MEASURE 3x1 apply→Ready with the operator in-cluster: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(status.shards, 3);
+    assert_eq!(status.ready_shards, 3);
+
+    // Take `patch` on PodDisruptionBudgets away: a new cluster says what is forbidden.
+    let rules = cluster_role_rules(&kubeconfig);
+    let mut fewer = rules.clone();
+    for r in fewer.as_array_mut().expect("rules") {
+        if r["resources"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x == "poddisruptionbudgets"))
+        {
+            let verbs = r["verbs"].as_array_mut().expect("verbs");
+            verbs.retain(|v| v != "patch");
+        }
+    }
+    assert_ne!(fewer, rules);
+    set_cluster_role_rules(&kubeconfig, &fewer);
+    kubectl(
+        &kubeconfig,
+        &["apply", "-f", "-"],
+        Some(&cluster_yaml("c2", 1, 0)),
+    );
+    let t = Instant::now();
+    let refused = wait_for(
+        "c2 reporting the forbidden PodDisruptionBudget patch",
+        Duration::from_secs(120),
+        || {
+            let client = client.clone();
+            async move {
+                let s = status_of(&client, "c2").await?;
+                let ready = s.conditions.iter().find(|c| c.type_ == "Ready")?.clone();
+                (ready.reason == reason::PDB_ERROR).then_some(ready)
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "MEASURE forbidden verb reported in {:.1}s: {}",
+        t.elapsed().as_secs_f64(),
+        refused.message
+    );
+    assert_eq!(refused.status, "False");
+    for words in [
+        "forbidden",
+        "system:serviceaccount:valkey-operator:valkey-operator",
+        "patch",
+        "poddisruptionbudgets",
+        "grant it in the operator's ClusterRole",
+    ] {
+        assert!(
+            refused.message.contains(words),
+            "{words:?} not in {:?}",
+            refused.message
+        );
+    }
+    assert!(!refused.message.contains("Status {"), "{}", refused.message);
+
+    // The verb given back: c2 becomes Ready without anything else changing.
+    set_cluster_role_rules(&kubeconfig, &rules);
+    let t = Instant::now();
+    wait_for(
+        "c2 Ready after the verb is back",
+        Duration::from_secs(180),
+        || {
+            let client = client.clone();
+            async move {
+                let s = status_of(&client, "c2").await?;
+                (s.state == ClusterState::Ready).then_some(())
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "MEASURE c2 Ready {:.1}s after the ClusterRole was restored",
+        t.elapsed().as_secs_f64()
+    );
+    // The operator pod never restarted.
+    let pod = pods.get(&pod_name).await.expect("operator pod");
+    let restarts: i32 = pod
+        .status
+        .and_then(|s| s.container_statuses)
+        .into_iter()
+        .flatten()
+        .map(|c| c.restart_count)
+        .sum();
+    assert_eq!(restarts, 0, "the operator pod restarted");
+    env.stop().await;
+}
