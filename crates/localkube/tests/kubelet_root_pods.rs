@@ -241,6 +241,65 @@ async fn kubelet_root_pod_lifecycle() {
     })
     .await;
 
+    // --- Nested mounts under read-only volumes, listed child first (as an operator renders a
+    // ConfigMap at /config and its users Secret at /config/users), three deep, and subPath
+    // mounts of a ConfigMap key and of an emptyDir directory.
+    let script = "set -x; cat /config/greeting && cat /config/users/password && \
+        touch /config/users/deep/scratch/f && ! touch /config/x 2>/dev/null && \
+        ! touch /config/users/x 2>/dev/null && [ \"$(cat /etc/app.conf)\" = updated ] && \
+        echo sub > /work/file && [ \"$(cat /data/work/file)\" = sub ] && echo NESTED ok; \
+        sleep 3600";
+    let nested: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "nested"},
+        "spec": {
+            "containers": [{
+                "name": "main", "image": "busybox",
+                "command": ["sh", "-c", script],
+                "volumeMounts": [
+                    {"name": "scratch", "mountPath": "/config/users/deep/scratch"},
+                    {"name": "users", "mountPath": "/config/users"},
+                    {"name": "cfg", "mountPath": "/config", "readOnly": true},
+                    {"name": "cfg", "mountPath": "/etc/app.conf", "subPath": "greeting", "readOnly": true},
+                    {"name": "data", "mountPath": "/work", "subPath": "work"},
+                    {"name": "data", "mountPath": "/data"},
+                ],
+            }],
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": "cfg"}},
+                {"name": "users", "secret": {"secretName": "sec"}},
+                {"name": "scratch", "emptyDir": {}},
+                {"name": "data", "emptyDir": {}},
+            ],
+            "terminationGracePeriodSeconds": 1,
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &nested).await.unwrap();
+    let nested = wait_for("nested mounts", Duration::from_secs(60), || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get("nested").await.ok()?;
+            let started = p
+                .status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .iter()
+                .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+            started.then_some(p)
+        }
+    })
+    .await;
+    let log = wait_for("nested log", Duration::from_secs(20), || {
+        let log = log_of(&dir, &nested, "main", 0);
+        async move { log.contains("NESTED ok").then_some(log) }
+    })
+    .await;
+    assert!(log.contains("updated") && log.contains("s3cret"), "{log}");
+    pods.delete("nested", &DeleteParams::default())
+        .await
+        .unwrap();
+
     // --- Graceful deletion: SIGTERM, grace period honoured, then SIGKILL.
     let stubborn: Pod = serde_json::from_value(json!({
         "metadata": {"name": "stubborn"},

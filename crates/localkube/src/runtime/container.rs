@@ -583,6 +583,7 @@ fn start_script(spec: &ContainerSpec, root: &Path) -> Result<String> {
     if !mounts.is_empty() {
         outer.push_str(&format!("mkdir {r}{STAGING} || fail 'staging dir'\n"));
     }
+    let mut read_only = Vec::new();
     for (i, m) in mounts.iter().enumerate() {
         let staged = format!("{STAGING}/{i}");
         let is_dir = std::fs::metadata(&m.source)
@@ -609,8 +610,14 @@ fn start_script(spec: &ContainerSpec, root: &Path) -> Result<String> {
         outer.push_str(&format!("mount --bind {src} {r}{staged} || fail {what}\n"));
         inner.push_str(&format!("mount --move {staged} {tgt} || fail {what}\n"));
         if m.read_only {
-            inner.push_str(&format!("mount -o remount,bind,ro {tgt} || fail {what}\n"));
+            read_only.push((tgt, what));
         }
+    }
+    // Read-only only once every mount point exists: a mount nested in a read-only volume
+    // (a Secret at /config/users under a ConfigMap at /config) needs its directory created
+    // first, as a container runtime does.
+    for (tgt, what) in read_only {
+        inner.push_str(&format!("mount -o remount,bind,ro {tgt} || fail {what}\n"));
     }
     if !mounts.is_empty() {
         inner.push_str(&format!(
