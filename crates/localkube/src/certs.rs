@@ -1,6 +1,7 @@
 //! The control plane's PKI, generated fresh at every start: one CA, the
 //! apiserver's serving certificate, client certificates for the admin and the
-//! controller components, and the service-account signing key.
+//! controller components, the kubelets' serving certificate and the apiserver's
+//! client certificate towards them, and the service-account signing key.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -40,6 +41,10 @@ pub struct Pki {
     pub admin: CertFiles,
     pub controller_manager: CertFiles,
     pub scheduler: CertFiles,
+    /// The kubelets' serving certificate (same addresses as the apiserver's).
+    pub kubelet_serving: CertFiles,
+    /// The apiserver's client certificate towards the kubelets (`system:masters`).
+    pub kubelet_client: CertFiles,
     pub sa_key: PathBuf,
     pub sa_pub: PathBuf,
 }
@@ -165,6 +170,22 @@ impl Pki {
             &ca,
         )?;
         let scheduler = leaf(dir, "scheduler", "system:kube-scheduler", None, None, &ca)?;
+        let kubelet_serving = leaf(
+            dir,
+            "kubelet",
+            "localkube-kubelet",
+            None,
+            Some(serving),
+            &ca,
+        )?;
+        let kubelet_client = leaf(
+            dir,
+            "apiserver-kubelet-client",
+            "kube-apiserver-kubelet-client",
+            Some("system:masters"),
+            None,
+            &ca,
+        )?;
 
         let sa = KeyPair::generate()?;
         let sa_key = dir.join("sa.key");
@@ -180,6 +201,8 @@ impl Pki {
             admin,
             controller_manager,
             scheduler,
+            kubelet_serving,
+            kubelet_client,
             sa_key,
             sa_pub,
         })

@@ -190,6 +190,11 @@ impl Env {
                         api_host: control_plane.api_host.clone(),
                         api_port: control_plane.apiserver_port,
                         storage_class: STORAGE_CLASS.to_string(),
+                        tls: Some(crate::kubelet::server::KubeletTls {
+                            cert: control_plane.pki.kubelet_serving.cert.clone(),
+                            key: control_plane.pki.kubelet_serving.key.clone(),
+                            client_ca: control_plane.pki.ca_cert.clone(),
+                        }),
                     })
                     .await?,
                 )

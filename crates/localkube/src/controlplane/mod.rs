@@ -144,6 +144,14 @@ impl ControlPlane {
             ),
             format!("--service-cluster-ip-range={SERVICE_CIDR}"),
             s("--authorization-mode=Node,RBAC"),
+            // `kubectl logs` through the kubelets' API (kubelet::server), by node address.
+            format!(
+                "--kubelet-client-certificate={}",
+                pki.kubelet_client.cert.display()
+            ),
+            format!("--kubelet-client-key={}", pki.kubelet_client.key.display()),
+            format!("--kubelet-certificate-authority={}", pki.ca_cert.display()),
+            s("--kubelet-preferred-address-types=InternalIP,Hostname"),
             s("--allow-privileged=true"),
             s("--profiling=false"),
             s("--v=1"),

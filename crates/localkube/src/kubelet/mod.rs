@@ -25,9 +25,12 @@
 //! (pure status computation), [`backoff`], [`objects`] (ConfigMap/Secret
 //! caches), [`storage`], `events`.
 //!
-//! Not emulated (honest limits): no kubelet HTTP server, so `kubectl
-//! logs/exec/port-forward/attach` and metrics do not work (container output
-//! goes to `<state_dir>/pods/<uid>/logs/<container>/<restart>.log`); no
+//! The kubelet API ([`server`]) serves `kubectl logs` (`-p`, `-f`, `--tail`,
+//! `--limit-bytes`; output also in
+//! `<state_dir>/pods/<uid>/logs/<container>/<restart>.log`).
+//!
+//! Not emulated (honest limits): `kubectl exec/port-forward/attach` (SPDY
+//! streams) and the kubelet's metrics endpoints; no
 //! kube-proxy (Service ClusterIPs do not route) and no cluster DNS, so
 //! service links env vars are not injected; no cgroups (resource requests
 //! and limits are reported to the downward API but not enforced, no
@@ -52,6 +55,7 @@ pub mod objects;
 mod pods;
 pub mod probes;
 pub mod quantity;
+pub mod server;
 pub mod status;
 pub mod storage;
 pub mod volumes;
@@ -109,6 +113,8 @@ pub struct KubeletConfig {
     pub api_port: u16,
     /// Name of the default StorageClass (usually `standard`).
     pub storage_class: String,
+    /// Serve the kubelet API (`kubectl logs`) with these certificates; `None`: no server.
+    pub tls: Option<server::KubeletTls>,
 }
 
 /// State shared by every task of the kubelets.
@@ -122,6 +128,8 @@ pub(crate) struct Shared {
     pub objects: objects::Objects,
     pub events: events::Events,
     pub nodes: BTreeMap<String, NodeSpec>,
+    /// Per node: the port of its kubelet API on `host_ip`.
+    pub kubelet_ports: BTreeMap<String, u16>,
     /// Per node: allocatable resources as quantities.
     pub allocatable: BTreeMap<String, BTreeMap<String, String>>,
     /// Pod workers by pod uid.
@@ -162,6 +170,20 @@ impl Kubelets {
             .with_context(|| format!("create {}", cfg.state_dir.display()))?;
         let (objects, mut tasks) = objects::Objects::start(&cfg.client).await?;
         let host_ip = cfg.network.gateway().to_string();
+        // One kubelet API listener per node, bound before the nodes publish their ports.
+        let mut listeners = Vec::new();
+        if cfg.tls.is_some() {
+            for n in &cfg.nodes {
+                let l = tokio::net::TcpListener::bind((cfg.network.gateway(), 0))
+                    .await
+                    .context("bind the kubelet API")?;
+                listeners.push((n.name.clone(), l));
+            }
+        }
+        let kubelet_ports = listeners
+            .iter()
+            .map(|(n, l)| Ok((n.clone(), l.local_addr()?.port())))
+            .collect::<std::io::Result<BTreeMap<_, _>>>()?;
         let allocatable = cfg
             .nodes
             .iter()
@@ -181,10 +203,22 @@ impl Kubelets {
                 .iter()
                 .map(|n| (n.name.clone(), n.clone()))
                 .collect(),
+            kubelet_ports,
             allocatable,
             pods: Mutex::new(HashMap::new()),
             node_tasks: Mutex::new(HashMap::new()),
         });
+        if let Some(tls) = &cfg.tls {
+            let tls = server::tls_config(tls)?;
+            for (node, listener) in listeners {
+                tasks.push(tokio::spawn(server::serve(
+                    shared.clone(),
+                    node,
+                    listener,
+                    tls.clone(),
+                )));
+            }
+        }
         for n in &cfg.nodes {
             node::register(&shared, n).await?;
         }

@@ -119,7 +119,7 @@ fn status_json(
             {"type": "InternalIP", "address": shared.host_ip},
             {"type": "Hostname", "address": n.name},
         ],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": shared.kubelet_ports.get(&n.name).copied().unwrap_or(10250)}},
         "nodeInfo": {
             "machineID": format!("localkube-{}", n.name),
             "systemUUID": format!("localkube-{}", n.name),

@@ -64,6 +64,11 @@ pub struct PodHandle {
 }
 
 impl PodHandle {
+    /// The pod's runtime state now.
+    pub(crate) fn snapshot(&self) -> super::status::PodRuntimeState {
+        self.shared.snapshot()
+    }
+
     pub(crate) fn running_container(&self, name: &str) -> Option<RunningContainer> {
         let st = self.shared.snapshot();
         st.containers
