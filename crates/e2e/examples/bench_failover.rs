@@ -195,6 +195,12 @@ async fn bench(fx: &Fixture, a: &Args) -> anyhow::Result<()> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() -> anyhow::Result<()> {
+    // RUST_LOG=redis=debug shows what the writers' cluster client does (its `log` records).
+    if let Ok(filter) = std::env::var("RUST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .try_init();
+    }
     let a = args()?;
     let Some(fx) = Fixture::start().await? else {
         return Ok(());

@@ -43,8 +43,7 @@ pub struct TagSummary {
 /// The running workers.
 pub struct TagWriter {
     stop: watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<TagReport>>,
-    conn: redis::cluster_async::ClusterConnection,
+    tasks: Vec<tokio::task::JoinHandle<(TagReport, redis::cluster_async::ClusterConnection)>>,
     prefix: String,
 }
 
@@ -64,11 +63,19 @@ impl TagWriter {
         tags: usize,
         replicas: i64,
     ) -> anyhow::Result<Self> {
-        let conn = writer_client(client, name, pw).await?;
+        // One cluster connection per worker: Valkey runs one connection's commands in order,
+        // so on a shared connection every worker's `WAIT` (up to 500 ms while a shard has no
+        // replica in sync) would hold up the next worker's `SET` and inflate its write gap.
+        let mut conns = Vec::with_capacity(tags);
+        for _ in 0..tags {
+            conns.push(writer_client(client, name, pw).await?);
+        }
         let (stop, rx) = watch::channel(false);
-        let tasks = (0..tags)
-            .map(|tag| {
-                let (mut c, rx, prefix) = (conn.clone(), rx.clone(), prefix.to_owned());
+        let tasks = conns
+            .into_iter()
+            .enumerate()
+            .map(|(tag, c)| {
+                let (mut c, rx, prefix) = (c, rx.clone(), prefix.to_owned());
                 tokio::spawn(async move {
                     let mut r = TagReport::default();
                     let (mut last_write, mut last_durable) = (Instant::now(), Instant::now());
@@ -98,6 +105,13 @@ impl TagWriter {
                             }
                         } else if let Err(e) = res {
                             cause = e.to_string();
+                            if std::env::var_os("TAGWRITER_TRACE").is_some() {
+                                eprintln!(
+                                    "tagwriter {:?} tag {tag} write {i}: {e} (gap so far {:.2}s)",
+                                    std::time::SystemTime::now(),
+                                    last_write.elapsed().as_secs_f64()
+                                );
+                            }
                             tokio::time::sleep(Duration::from_millis(10)).await;
                         }
                         i += 1;
@@ -105,14 +119,13 @@ impl TagWriter {
                     }
                     r.write_gap = r.write_gap.max(last_write.elapsed());
                     r.durable_gap = r.durable_gap.max(last_durable.elapsed());
-                    r
+                    (r, c)
                 })
             })
             .collect();
         Ok(Self {
             stop,
             tasks,
-            conn,
             prefix: prefix.to_owned(),
         })
     }
@@ -122,7 +135,9 @@ impl TagWriter {
         let _ = self.stop.send(true);
         let mut out = TagSummary::default();
         for (tag, task) in std::mem::take(&mut self.tasks).into_iter().enumerate() {
-            let r = task.await?;
+            // Read back on the worker's own connection (in use until now, so it knows the
+            // current topology).
+            let (r, mut conn) = task.await?;
             if r.write_gap > out.write_gap {
                 out.write_gap = r.write_gap;
                 out.gap_cause = format!("tag {tag}: {}", r.gap_cause);
@@ -132,7 +147,7 @@ impl TagWriter {
             for i in r.acked {
                 let v: Option<usize> = redis::cmd("GET")
                     .arg(key(&self.prefix, tag, i))
-                    .query_async(&mut self.conn)
+                    .query_async(&mut conn)
                     .await?;
                 if v != Some(i) {
                     out.lost += 1;
