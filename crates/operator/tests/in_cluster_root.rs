@@ -11,8 +11,11 @@
 //! * with `patch` on PodDisruptionBudgets taken out of its ClusterRole, a new cluster reports
 //!   `Ready=False` with reason `PodDisruptionBudgetError` and the API server's words (which
 //!   verb on which resource is forbidden to which ServiceAccount, and where to grant it); with
-//!   the verb given back,
-//!   that cluster becomes Ready.
+//!   the verb given back, that cluster becomes Ready.
+//!
+//! And the Helm chart `deploy/helm/valkey-operator` installed with `helm install` (defaults):
+//! two operator pods, both Ready, one holding the Lease; a 1×1 cluster Ready; the leader pod
+//! deleted, the standby takes the Lease and carries out a scale-out.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -135,10 +138,11 @@ fn set_cluster_role_rules(kubeconfig: &Path, rules: &Value) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_cluster_root_operator_pod_from_deploy_manifests() {
+/// A full localkube (3 nodes) whose image table maps `valkey-operator:*` to this crate's
+/// binary, as `deploy/Dockerfile` runs it (entrypoint the binary, command `run`). The
+/// returned directory holds the table.
+async fn start_localkube() -> (localkube::Env, tempfile::TempDir) {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    // The operator image → this crate's binary, as deploy/Dockerfile runs it.
     let dir = tempfile::tempdir().expect("tempdir");
     let table = dir.path().join("images.yaml");
     std::fs::write(
@@ -162,6 +166,50 @@ async fn in_cluster_root_operator_pod_from_deploy_manifests() {
         "MEASURE localkube start: {:.1}s",
         t0.elapsed().as_secs_f64()
     );
+    (env, dir)
+}
+
+/// The operator pods that are Ready.
+async fn ready_operator_pods(pods: &Api<Pod>, selector: &str) -> Vec<Pod> {
+    let Ok(list) = pods.list(&ListParams::default().labels(selector)).await else {
+        return Vec::new();
+    };
+    list.items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .collect()
+}
+
+/// The holder of the operator's Lease in `namespace`.
+async fn lease_holder(client: &Client, namespace: &str) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let list = leases.list(&ListParams::default()).await.ok()?;
+    list.items.into_iter().find_map(|l| l.spec?.holder_identity)
+}
+
+/// Waits until ValkeyCluster `name` is Ready; returns how long it took.
+async fn wait_cluster_ready(client: &Client, name: &str, timeout: Duration) -> Duration {
+    let t = Instant::now();
+    wait_for(&format!("{name} Ready"), timeout, || {
+        let client = client.clone();
+        async move {
+            let s = status_of(&client, name).await?;
+            (s.state == ClusterState::Ready).then_some(())
+        }
+    })
+    .await;
+    t.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_cluster_root_operator_pod_from_deploy_manifests() {
+    let (env, _table) = start_localkube().await;
     let kubeconfig = env.kubeconfig_path();
     let client = env.client();
 
@@ -198,16 +246,10 @@ async fn in_cluster_root_operator_pod_from_deploy_manifests() {
     let pod = wait_for("the operator pod Ready", Duration::from_secs(120), || {
         let pods = pods.clone();
         async move {
-            let list = pods
-                .list(&ListParams::default().labels("app.kubernetes.io/name=valkey-operator"))
+            ready_operator_pods(&pods, "app.kubernetes.io/name=valkey-operator")
                 .await
-                .ok()?;
-            list.items.into_iter().find(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
+                .into_iter()
+                .next()
         }
     })
     .await;
@@ -228,13 +270,9 @@ async fn in_cluster_root_operator_pod_from_deploy_manifests() {
         .find(|v| v.name.starts_with("kube-api-access-"))
         .expect("the projected service-account token volume the API server adds");
     assert!(token_volume.projected.is_some());
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     let holder = wait_for("the Lease held by the pod", Duration::from_secs(30), || {
-        let leases = leases.clone();
-        async move {
-            let list = leases.list(&ListParams::default()).await.ok()?;
-            list.items.into_iter().find_map(|l| l.spec?.holder_identity)
-        }
+        let client = client.clone();
+        async move { lease_holder(&client, NAMESPACE).await }
     })
     .await;
     // The identity is `<POD_NAME>_<pid>_<random>`.
@@ -245,24 +283,17 @@ async fn in_cluster_root_operator_pod_from_deploy_manifests() {
 
     // A 3×1 cluster, reconciled by the pod alone.
     kubectl(&kubeconfig, &["create", "namespace", APPS], None);
-    let t = Instant::now();
     kubectl(
         &kubeconfig,
         &["apply", "-f", "-"],
         Some(&cluster_yaml("c1", 3, 1)),
     );
-    let status = wait_for("c1 Ready", Duration::from_secs(240), || {
-        let client = client.clone();
-        async move {
-            let s = status_of(&client, "c1").await?;
-            (s.state == ClusterState::Ready).then_some(s)
-        }
-    })
-    .await;
+    let took = wait_cluster_ready(&client, "c1", Duration::from_secs(240)).await;
     eprintln!(
         "MEASURE 3x1 apply→Ready with the operator in-cluster: {:.1}s",
-        t.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
+    let status = status_of(&client, "c1").await.expect("c1 status");
     assert_eq!(status.shards, 3);
     assert_eq!(status.ready_shards, 3);
 
@@ -322,22 +353,10 @@ async fn in_cluster_root_operator_pod_from_deploy_manifests() {
 
     // The verb given back: c2 becomes Ready without anything else changing.
     set_cluster_role_rules(&kubeconfig, &rules);
-    let t = Instant::now();
-    wait_for(
-        "c2 Ready after the verb is back",
-        Duration::from_secs(180),
-        || {
-            let client = client.clone();
-            async move {
-                let s = status_of(&client, "c2").await?;
-                (s.state == ClusterState::Ready).then_some(())
-            }
-        },
-    )
-    .await;
+    let took = wait_cluster_ready(&client, "c2", Duration::from_secs(180)).await;
     eprintln!(
         "MEASURE c2 Ready {:.1}s after the ClusterRole was restored",
-        t.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
     // The operator pod never restarted.
     let pod = pods.get(&pod_name).await.expect("operator pod");
@@ -349,5 +368,132 @@ async fn in_cluster_root_operator_pod_from_deploy_manifests() {
         .map(|c| c.restart_count)
         .sum();
     assert_eq!(restarts, 0, "the operator pod restarted");
+    env.stop().await;
+}
+
+/// The Helm chart installed as a user would (`helm install`, the image mapped as above): two
+/// operator pods, both Ready (the leader, and a standby whose `/readyz` says `standby`), one
+/// holding the Lease; a 1×1 cluster Ready; the leader pod deleted, the standby takes the Lease
+/// and serves a scale-out of the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_cluster_root_operator_pods_from_the_helm_chart() {
+    let (env, _table) = start_localkube().await;
+    let kubeconfig = env.kubeconfig_path();
+    let client = env.client();
+    let helm = localkube::runtime::images::default_bin_cache().join("helm");
+    let chart = repo().join("deploy/helm/valkey-operator");
+    let t = Instant::now();
+    let out = Command::new(&helm)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["install", "valkey-operator"])
+        .arg(&chart)
+        .args(["--namespace", NAMESPACE, "--create-namespace"])
+        .output()
+        .expect("helm (install it with `bash hack/install-deps.sh helm`)");
+    assert!(
+        out.status.success(),
+        "helm install: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let selector = "app.kubernetes.io/name=valkey-operator";
+    let ready = wait_for("two operator pods Ready", Duration::from_secs(120), || {
+        let pods = pods.clone();
+        async move {
+            let r = ready_operator_pods(&pods, selector).await;
+            (r.len() == 2).then_some(r)
+        }
+    })
+    .await;
+    eprintln!(
+        "MEASURE helm install → both operator pods Ready: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    let names: Vec<String> = ready
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    let holder = wait_for("the Lease held", Duration::from_secs(30), || {
+        let client = client.clone();
+        async move { lease_holder(&client, NAMESPACE).await }
+    })
+    .await;
+    let leader = names
+        .iter()
+        .find(|n| holder.starts_with(&format!("{n}_")))
+        .unwrap_or_else(|| panic!("the Lease holder {holder} is none of {names:?}"))
+        .clone();
+
+    kubectl(&kubeconfig, &["create", "namespace", APPS], None);
+    kubectl(
+        &kubeconfig,
+        &["apply", "-f", "-"],
+        Some(&cluster_yaml("h1", 1, 1)),
+    );
+    let took = wait_cluster_ready(&client, "h1", Duration::from_secs(240)).await;
+    eprintln!(
+        "MEASURE 1x1 apply→Ready with the chart's operator: {:.1}s",
+        took.as_secs_f64()
+    );
+
+    // The leader goes: the standby takes over and reconciles.
+    let t = Instant::now();
+    kubectl(
+        &kubeconfig,
+        &["delete", "pod", "-n", NAMESPACE, &leader, "--wait=false"],
+        None,
+    );
+    let new_holder = wait_for(
+        "the standby holding the Lease",
+        Duration::from_secs(60),
+        || {
+            let client = client.clone();
+            let leader = leader.clone();
+            async move {
+                let h = lease_holder(&client, NAMESPACE).await?;
+                (!h.starts_with(&format!("{leader}_"))).then_some(h)
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "MEASURE leader pod deleted → Lease taken by {new_holder}: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(
+        names
+            .iter()
+            .any(|n| new_holder.starts_with(&format!("{n}_"))),
+        "the new holder {new_holder} is not the standby of {names:?}"
+    );
+    kubectl(
+        &kubeconfig,
+        &[
+            "patch",
+            "valkeycluster",
+            "h1",
+            "-n",
+            APPS,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"shards":2}}"#,
+        ],
+        None,
+    );
+    // The status shows the new shard count once the new leader acted on it.
+    wait_for("h1 Ready with 2 shards", Duration::from_secs(240), || {
+        let client = client.clone();
+        async move {
+            let s = status_of(&client, "h1").await?;
+            (s.state == ClusterState::Ready && s.shards == 2).then_some(())
+        }
+    })
+    .await;
+    eprintln!(
+        "MEASURE scale-out 1→2 shards by the new leader: {:.1}s after the leader pod was deleted",
+        t.elapsed().as_secs_f64()
+    );
     env.stop().await;
 }
