@@ -122,6 +122,8 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     let controller = tokio::spawn(valkey_operator::node::run(
         client.clone(),
         std::sync::Arc::new(valkey_operator::metrics::Metrics::new()),
+        // Scoped to the test's namespace: the namespaced watches of `--watch-namespace`.
+        valkey_operator::Scope::Namespace(NS.to_owned()),
         async move {
             let _ = stop_rx.await;
         },

@@ -66,6 +66,8 @@ async fn operator_creates_children_and_settles_without_writes() -> anyhow::Resul
     let ctl = tokio::spawn(valkey_operator::cluster::run(
         client.clone(),
         metrics.clone(),
+        // Scoped to the test's namespace: the namespaced watches of `--watch-namespace`.
+        valkey_operator::Scope::Namespace(NS.to_owned()),
         async move {
             let _ = stop_rx.wait_for(|s| *s).await;
         },

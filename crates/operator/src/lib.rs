@@ -10,7 +10,9 @@ pub mod metrics;
 pub mod node;
 pub mod render;
 mod run;
+pub mod scope;
 pub mod status;
 pub mod telemetry;
 
 pub use run::run_controllers;
+pub use scope::Scope;

@@ -70,6 +70,10 @@ struct RunArgs {
     /// and a random suffix].
     #[arg(long, env = "VALKEY_OPERATOR_LEASE_IDENTITY")]
     lease_identity: Option<String>,
+    /// Serve the ValkeyClusters of this namespace only (its RBAC can then be a Role there;
+    /// reading the CRDs still needs a ClusterRole) [default: every namespace].
+    #[arg(long, env = "VALKEY_OPERATOR_WATCH_NAMESPACE")]
+    watch_namespace: Option<String>,
 }
 
 impl RunArgs {
@@ -193,9 +197,11 @@ async fn operate(
         () = valkey_operator::crds::wait_all_established(&client) => {}
         () = shutdown.clone() => return Ok(()),
     }
+    let scope = valkey_operator::Scope::from_option(args.watch_namespace.clone());
+    info!(scope = %scope.describe(), "serving ValkeyClusters");
     let controllers = {
         let (client, metrics) = (client.clone(), metrics.clone());
-        move |stop| valkey_operator::run_controllers(client, metrics, stop)
+        move |stop| valkey_operator::run_controllers(client, metrics, scope, stop)
     };
     if let Some(election) = args.election() {
         return leader::run(client, election, phase, metrics, shutdown, controllers).await;

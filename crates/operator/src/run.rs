@@ -8,17 +8,24 @@ use kube::Client;
 use tracing::error;
 
 use crate::metrics::Metrics;
+use crate::scope::Scope;
 
-/// Runs the ValkeyCluster and ValkeyNode controllers until `shutdown` completes.
+/// Runs the ValkeyCluster and ValkeyNode controllers over `scope` until `shutdown` completes.
 pub async fn run_controllers(
     client: Client,
     metrics: Arc<Metrics>,
+    scope: Scope,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let shutdown = shutdown.boxed().shared();
-    let cluster = crate::cluster::run(client.clone(), metrics.clone(), shutdown.clone());
+    let cluster = crate::cluster::run(
+        client.clone(),
+        metrics.clone(),
+        scope.clone(),
+        shutdown.clone(),
+    );
     let node = async {
-        if let Err(e) = crate::node::run(client, metrics, shutdown).await {
+        if let Err(e) = crate::node::run(client, metrics, scope, shutdown).await {
             error!("ValkeyNode controller stopped: {e:#}");
         }
     };

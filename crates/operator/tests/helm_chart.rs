@@ -400,6 +400,82 @@ fn default_render_is_deploy_operator_yaml_for_helm() {
 }
 
 #[test]
+fn watch_namespace_scopes_the_rbac_to_a_role_in_that_namespace() {
+    let all = render(&[]);
+    let docs = render(&["--set", "watchNamespace=apps"]);
+    let run = helm()
+        .args(["lint", "--strict", "--set", "watchNamespace=apps"])
+        .arg(chart())
+        .output()
+        .expect("helm lint");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stdout)
+    );
+    let manifest = documents(&read("deploy/operator.yaml"));
+    let full_rules = one(&manifest, "ClusterRole")["rules"]
+        .as_array()
+        .expect("rules")
+        .clone();
+    let (crd_rules, namespaced_rules): (Vec<Value>, Vec<Value>) = full_rules
+        .into_iter()
+        .partition(|r| r["apiGroups"] == json!(["apiextensions.k8s.io"]));
+    // The ClusterRole keeps only the CRD read; a Role in `apps` has every other rule.
+    assert_eq!(one(&docs, "ClusterRole")["rules"], json!(crd_rules));
+    let roles: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Role").collect();
+    let scoped = roles
+        .iter()
+        .find(|r| r["metadata"]["namespace"] == "apps")
+        .expect("a Role in apps");
+    assert_eq!(scoped["rules"], json!(namespaced_rules));
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "RoleBinding" && d["metadata"]["namespace"] == "apps")
+        .expect("a RoleBinding in apps");
+    assert_eq!(binding["roleRef"]["name"], scoped["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount",
+                "name": one(&docs, "ServiceAccount")["metadata"]["name"],
+                "namespace": NAMESPACE}])
+    );
+    // The leader-election Role stays in the release's namespace.
+    assert!(
+        roles
+            .iter()
+            .any(|r| r["metadata"]["namespace"] == NAMESPACE)
+    );
+    // The flag, accepted by the binary; nothing else changes.
+    let args = strings(&container(one(&docs, "Deployment"))["args"]);
+    assert_eq!(flag(&args, "--watch-namespace"), Some("apps"), "{args:?}");
+    let out = Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
+        .args(&args)
+        .arg("--help")
+        .output()
+        .expect("run the binary");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        strings(&container(one(&all, "Deployment"))["args"]),
+        args.iter()
+            .filter(|a| *a != "--watch-namespace" && *a != "apps")
+            .cloned()
+            .collect::<Vec<_>>()
+    );
+    // A name Kubernetes would refuse is refused by the values schema.
+    let bad = helm()
+        .args(["template", "x", "--set", "watchNamespace=Not_A_Namespace"])
+        .arg(chart())
+        .output()
+        .expect("helm template");
+    assert!(!bad.status.success());
+}
+
+#[test]
 fn monitoring_objects_render_only_when_enabled_and_select_the_operators_objects() {
     for (value, kind) in [
         ("serviceMonitor", "ServiceMonitor"),

@@ -15,7 +15,8 @@
 //!
 //! And the Helm chart `deploy/helm/valkey-operator` installed with `helm install` (defaults):
 //! two operator pods, both Ready, one holding the Lease; a 1×1 cluster Ready; the leader pod
-//! deleted, the standby takes the Lease and carries out a scale-out.
+//! deleted, the standby takes the Lease and carries out a scale-out. With `watchNamespace`, the
+//! operator serves that namespace only, with a Role there.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -78,17 +79,22 @@ where
     }
 }
 
-/// The ValkeyCluster `name` and its app user's Secret (`shards` × `replicas`).
+/// The ValkeyCluster `name` in namespace `apps` and its app user's Secret.
 fn cluster_yaml(name: &str, shards: u32, replicas: u32) -> String {
+    cluster_yaml_in(APPS, name, shards, replicas)
+}
+
+/// The ValkeyCluster `name` in `ns` and its app user's Secret (`shards` × `replicas`).
+fn cluster_yaml_in(ns: &str, name: &str, shards: u32, replicas: u32) -> String {
     format!(
         r#"apiVersion: v1
 kind: Secret
-metadata: {{name: {name}-app, namespace: {APPS}}}
+metadata: {{name: {name}-app, namespace: {ns}}}
 stringData: {{password: app-password}}
 ---
 apiVersion: valkey.io/v1alpha1
 kind: ValkeyCluster
-metadata: {{name: {name}, namespace: {APPS}}}
+metadata: {{name: {name}, namespace: {ns}}}
 spec:
   shards: {shards}
   replicas: {replicas}
@@ -191,6 +197,35 @@ async fn lease_holder(client: &Client, namespace: &str) -> Option<String> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let list = leases.list(&ListParams::default()).await.ok()?;
     list.items.into_iter().find_map(|l| l.spec?.holder_identity)
+}
+
+/// `helm install valkey-operator` of the chart with `extra` arguments; returns the two operator
+/// pods once both are Ready.
+async fn helm_install(client: &Client, kubeconfig: &Path, extra: &[&str]) -> Vec<Pod> {
+    let helm = localkube::runtime::images::default_bin_cache().join("helm");
+    let out = Command::new(&helm)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["install", "valkey-operator"])
+        .arg(repo().join("deploy/helm/valkey-operator"))
+        .args(["--namespace", NAMESPACE, "--create-namespace"])
+        .args(extra)
+        .output()
+        .expect("helm (install it with `bash hack/install-deps.sh helm`)");
+    assert!(
+        out.status.success(),
+        "helm install: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    wait_for("two operator pods Ready", Duration::from_secs(120), || {
+        let pods = pods.clone();
+        async move {
+            let r = ready_operator_pods(&pods, "app.kubernetes.io/name=valkey-operator").await;
+            (r.len() == 2).then_some(r)
+        }
+    })
+    .await
 }
 
 /// Waits until ValkeyCluster `name` is Ready; returns how long it took.
@@ -380,32 +415,8 @@ async fn in_cluster_root_operator_pods_from_the_helm_chart() {
     let (env, _table) = start_localkube().await;
     let kubeconfig = env.kubeconfig_path();
     let client = env.client();
-    let helm = localkube::runtime::images::default_bin_cache().join("helm");
-    let chart = repo().join("deploy/helm/valkey-operator");
     let t = Instant::now();
-    let out = Command::new(&helm)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["install", "valkey-operator"])
-        .arg(&chart)
-        .args(["--namespace", NAMESPACE, "--create-namespace"])
-        .output()
-        .expect("helm (install it with `bash hack/install-deps.sh helm`)");
-    assert!(
-        out.status.success(),
-        "helm install: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let selector = "app.kubernetes.io/name=valkey-operator";
-    let ready = wait_for("two operator pods Ready", Duration::from_secs(120), || {
-        let pods = pods.clone();
-        async move {
-            let r = ready_operator_pods(&pods, selector).await;
-            (r.len() == 2).then_some(r)
-        }
-    })
-    .await;
+    let ready = helm_install(&client, &kubeconfig, &[]).await;
     eprintln!(
         "MEASURE helm install → both operator pods Ready: {:.1}s",
         t.elapsed().as_secs_f64()
@@ -495,5 +506,70 @@ async fn in_cluster_root_operator_pods_from_the_helm_chart() {
         "MEASURE scale-out 1→2 shards by the new leader: {:.1}s after the leader pod was deleted",
         t.elapsed().as_secs_f64()
     );
+    env.stop().await;
+}
+
+/// The chart with `watchNamespace=apps`: the operator's rights on namespaced objects are a Role
+/// in `apps`. A cluster there becomes Ready; a cluster in `other` is not served (no status, no
+/// ValkeyNodes); the ServiceAccount cannot read Secrets in `other`; and the operator's log
+/// (read with `kubectl logs`) has no refused request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_cluster_root_operator_scoped_to_one_namespace() {
+    let (env, _table) = start_localkube().await;
+    let kubeconfig = env.kubeconfig_path();
+    let client = env.client();
+    for ns in [APPS, "other"] {
+        kubectl(&kubeconfig, &["create", "namespace", ns], None);
+    }
+    let ready = helm_install(&client, &kubeconfig, &["--set", "watchNamespace=apps"]).await;
+    kubectl(
+        &kubeconfig,
+        &["apply", "-f", "-"],
+        Some(&cluster_yaml_in("other", "o1", 1, 0)),
+    );
+    kubectl(
+        &kubeconfig,
+        &["apply", "-f", "-"],
+        Some(&cluster_yaml("w1", 1, 1)),
+    );
+    let took = wait_cluster_ready(&client, "w1", Duration::from_secs(240)).await;
+    eprintln!(
+        "MEASURE 1x1 Ready with the operator scoped to its namespace: {:.1}s",
+        took.as_secs_f64()
+    );
+    let other: Api<ValkeyCluster> = Api::namespaced(client.clone(), "other");
+    let o1 = other.get("o1").await.expect("o1");
+    assert!(o1.status.is_none(), "o1 was served: {:?}", o1.status);
+    let nodes: Api<valkey_api::ValkeyNode> = Api::namespaced(client.clone(), "other");
+    assert!(
+        nodes
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
+    let sa = format!("system:serviceaccount:{NAMESPACE}:valkey-operator");
+    let can = |verb: &str, resource: &str, ns: &str| {
+        let out = Command::new(localkube::runtime::images::default_bin_cache().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["auth", "can-i", verb, resource, "-n", ns, "--as", &sa])
+            .output()
+            .expect("kubectl auth can-i");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(can("list", "secrets", "other"), "no");
+    assert_eq!(can("list", "secrets", APPS), "yes");
+    assert_eq!(can("create", "statefulsets.apps", "other"), "no");
+    for p in &ready {
+        let name = p.metadata.name.as_deref().expect("name");
+        let log = kubectl(&kubeconfig, &["logs", "-n", NAMESPACE, name], None);
+        assert!(
+            !log.contains("forbidden"),
+            "{name} logged a refused request:\n{log}"
+        );
+        assert!(log.contains("namespace apps"), "{name}: {log}");
+    }
     env.stop().await;
 }

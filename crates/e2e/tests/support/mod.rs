@@ -532,6 +532,7 @@ impl Operator {
         let task = tokio::spawn(valkey_operator::run_controllers(
             client.clone(),
             metrics.clone(),
+            valkey_operator::Scope::All,
             async move {
                 let _ = stop_rx.wait_for(|s| *s).await;
             },

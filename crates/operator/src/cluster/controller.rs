@@ -30,6 +30,7 @@ use super::report::{self, Report, ReportError};
 use crate::context::Shared;
 use crate::metrics::Metrics;
 use crate::render::names;
+use crate::scope::Scope;
 use crate::status::{Activity, Facts, Progress, TopologyFacts};
 
 /// Name of this controller in metrics and events.
@@ -457,30 +458,28 @@ fn error_policy(vc: Arc<ValkeyCluster>, err: &Error, ctx: Arc<Context>) -> Actio
     Action::requeue(Duration::from_secs(5))
 }
 
-/// Runs the ValkeyCluster controller until `shutdown` completes.
+/// Runs the ValkeyCluster controller over `scope` until `shutdown` completes.
 pub async fn run(
     client: Client,
     metrics: Arc<Metrics>,
+    scope: Scope,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     metrics.declare_failures(CONTROLLER, &FAILURE_REASONS);
     let ctx = Arc::new(Context::new(client.clone(), metrics));
     let managed = watcher::Config::default().labels(labels::CLUSTER);
-    let clusters: Api<ValkeyCluster> = Api::all(client.clone());
+    let clusters: Api<ValkeyCluster> = scope.api(&client);
     let controller = Controller::new(clusters, watcher::Config::default());
     let store = controller.store();
     controller
-        .owns(Api::<ValkeyNode>::all(client.clone()), managed.clone())
-        .owns(Api::<Service>::all(client.clone()), managed.clone())
-        .owns(Api::<ConfigMap>::all(client.clone()), managed.clone())
-        .owns(Api::<Secret>::all(client.clone()), managed.clone())
-        .owns(
-            Api::<PodDisruptionBudget>::all(client.clone()),
-            managed.clone(),
-        )
+        .owns(scope.api::<ValkeyNode>(&client), managed.clone())
+        .owns(scope.api::<Service>(&client), managed.clone())
+        .owns(scope.api::<ConfigMap>(&client), managed.clone())
+        .owns(scope.api::<Secret>(&client), managed.clone())
+        .owns(scope.api::<PodDisruptionBudget>(&client), managed.clone())
         // A config-check pod finished: act on its verdict now.
         .owns(
-            Api::<Pod>::all(client.clone()),
+            scope.api::<Pod>(&client),
             watcher::Config::default().labels(&format!(
                 "{}={}",
                 labels::APP_COMPONENT,
@@ -490,7 +489,7 @@ pub async fn run(
         // A user's password Secret or the TLS Secret changed: reconcile the clusters that
         // read it now, not at the next requeue.
         .watches(
-            Api::<Secret>::all(client.clone()),
+            scope.api::<Secret>(&client),
             watcher::Config::default(),
             move |secret: Secret| {
                 let (ns, name) = (secret.namespace(), secret.name_any());
@@ -502,7 +501,7 @@ pub async fn run(
                     .collect::<Vec<_>>()
             },
         )
-        .watches(Api::<Pod>::all(client), managed, |pod: Pod| {
+        .watches(scope.api::<Pod>(&client), managed, |pod: Pod| {
             let cluster = pod.labels().get(labels::CLUSTER)?.clone();
             let ns = pod.namespace()?;
             Some(ObjectRef::<ValkeyCluster>::new(&cluster).within(&ns))

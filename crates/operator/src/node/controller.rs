@@ -37,6 +37,7 @@ use crate::metrics::Metrics;
 use crate::render::containers::MergeError;
 use crate::render::names;
 use crate::render::workload::{Workload, pvc, workload};
+use crate::scope::Scope;
 use crate::status::EventSpec;
 
 /// Finalizer that deletes the node's claim when `persistence.reclaimPolicy` is Delete.
@@ -92,28 +93,27 @@ fn node_ref_from_labels<K: Resource>(obj: &K) -> Option<ObjectRef<ValkeyNode>> {
     Some(ObjectRef::new(&names::valkey_node_name(cluster, shard, node)).within(ns))
 }
 
-/// Runs the ValkeyNode controller over all namespaces until `shutdown` resolves (then finishes
+/// Runs the ValkeyNode controller over `scope` until `shutdown` resolves (then finishes
 /// the reconciles in flight). Owns StatefulSets and Deployments (owner references); watches
 /// pods and claims by their position labels.
 pub async fn run(
     client: Client,
     metrics: Arc<Metrics>,
+    scope: Scope,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     metrics.declare_failures(CONTROLLER, &FAILURE_REASONS);
-    let nodes: Api<ValkeyNode> = Api::all(client.clone());
+    let nodes: Api<ValkeyNode> = scope.api(&client);
     let owned = watcher::Config::default().labels(&managed_selector());
     Controller::new(nodes, watcher::Config::default())
-        .owns(Api::<StatefulSet>::all(client.clone()), owned.clone())
-        .owns(Api::<Deployment>::all(client.clone()), owned.clone())
-        .watches(Api::<Pod>::all(client.clone()), owned.clone(), |p| {
+        .owns(scope.api::<StatefulSet>(&client), owned.clone())
+        .owns(scope.api::<Deployment>(&client), owned.clone())
+        .watches(scope.api::<Pod>(&client), owned.clone(), |p| {
             node_ref_from_labels(&p)
         })
-        .watches(
-            Api::<PersistentVolumeClaim>::all(client.clone()),
-            owned,
-            |p| node_ref_from_labels(&p),
-        )
+        .watches(scope.api::<PersistentVolumeClaim>(&client), owned, |p| {
+            node_ref_from_labels(&p)
+        })
         .graceful_shutdown_on(shutdown)
         .run(
             reconcile,
