@@ -147,7 +147,16 @@ fn set_cluster_role_rules(kubeconfig: &Path, rules: &Value) {
 /// A full localkube (3 nodes) whose image table maps `valkey-operator:*` to this crate's
 /// binary, as `deploy/Dockerfile` runs it (entrypoint the binary, command `run`). The
 /// returned directory holds the table.
-async fn start_localkube() -> (localkube::Env, tempfile::TempDir) {
+///
+/// The tests of this file run one at a time (the guard is held until the test ends): several
+/// localkube environments started at once in one process can race for a free port.
+async fn start_localkube() -> (
+    localkube::Env,
+    tempfile::TempDir,
+    tokio::sync::MutexGuard<'static, ()>,
+) {
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let guard = ONE_AT_A_TIME.lock().await;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().expect("tempdir");
     let table = dir.path().join("images.yaml");
@@ -172,7 +181,7 @@ async fn start_localkube() -> (localkube::Env, tempfile::TempDir) {
         "MEASURE localkube start: {:.1}s",
         t0.elapsed().as_secs_f64()
     );
-    (env, dir)
+    (env, dir, guard)
 }
 
 /// The operator pods that are Ready.
@@ -244,7 +253,7 @@ async fn wait_cluster_ready(client: &Client, name: &str, timeout: Duration) -> D
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_cluster_root_operator_pod_from_deploy_manifests() {
-    let (env, _table) = start_localkube().await;
+    let (env, _table, _one_at_a_time) = start_localkube().await;
     let kubeconfig = env.kubeconfig_path();
     let client = env.client();
 
@@ -412,7 +421,7 @@ async fn in_cluster_root_operator_pod_from_deploy_manifests() {
 /// and serves a scale-out of the cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_cluster_root_operator_pods_from_the_helm_chart() {
-    let (env, _table) = start_localkube().await;
+    let (env, _table, _one_at_a_time) = start_localkube().await;
     let kubeconfig = env.kubeconfig_path();
     let client = env.client();
     let t = Instant::now();
@@ -515,7 +524,7 @@ async fn in_cluster_root_operator_pods_from_the_helm_chart() {
 /// (read with `kubectl logs`) has no refused request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_cluster_root_operator_scoped_to_one_namespace() {
-    let (env, _table) = start_localkube().await;
+    let (env, _table, _one_at_a_time) = start_localkube().await;
     let kubeconfig = env.kubeconfig_path();
     let client = env.client();
     for ns in [APPS, "other"] {
