@@ -171,6 +171,21 @@ fn flag<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
+/// This crate's binary accepts `args` (`--help` after them: an unknown flag or a bad value
+/// fails the parse).
+fn assert_binary_accepts(args: &[String]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
+        .args(args)
+        .arg("--help")
+        .output()
+        .expect("run the binary");
+    assert!(
+        out.status.success(),
+        "the binary rejects the chart's arguments {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Status code and body of `GET path` on loopback `port`.
 fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
@@ -356,16 +371,7 @@ fn default_render_is_deploy_operator_yaml_for_helm() {
     let args = strings(&c["args"]);
     assert_eq!(args.first().map(String::as_str), Some("run"));
     assert!(args.iter().any(|a| a == "--leader-elect"), "{args:?}");
-    let out = Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
-        .args(&args)
-        .arg("--help")
-        .output()
-        .expect("run the binary");
-    assert!(
-        out.status.success(),
-        "the binary rejects the chart's arguments {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_binary_accepts(&args);
 
     // Probes: the operator's routes (crates/operator/src/http.rs), on the port it listens on.
     let http = read("crates/operator/src/http.rs");
@@ -449,16 +455,7 @@ fn watch_namespace_scopes_the_rbac_to_a_role_in_that_namespace() {
     // The flag, accepted by the binary; nothing else changes.
     let args = strings(&container(one(&docs, "Deployment"))["args"]);
     assert_eq!(flag(&args, "--watch-namespace"), Some("apps"), "{args:?}");
-    let out = Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
-        .args(&args)
-        .arg("--help")
-        .output()
-        .expect("run the binary");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_binary_accepts(&args);
     assert_eq!(
         strings(&container(one(&all, "Deployment"))["args"]),
         args.iter()

@@ -29,6 +29,7 @@ use kube::api::{Api, ListParams};
 use serde_json::Value;
 use valkey_api::ValkeyCluster;
 use valkey_api::status::{ClusterState, reason};
+use valkey_testkit::eventually;
 
 const NAMESPACE: &str = "valkey-operator";
 const APPS: &str = "apps";
@@ -62,21 +63,6 @@ fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 /// The ValkeyCluster `name` in namespace `apps` and its app user's Secret.
@@ -227,7 +213,7 @@ async fn helm_install(client: &Client, kubeconfig: &Path, extra: &[&str]) -> Vec
         String::from_utf8_lossy(&out.stderr)
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    wait_for("two operator pods Ready", Duration::from_secs(120), || {
+    eventually("two operator pods Ready", Duration::from_secs(120), || {
         let pods = pods.clone();
         async move {
             let r = ready_operator_pods(&pods, "app.kubernetes.io/name=valkey-operator").await;
@@ -240,7 +226,7 @@ async fn helm_install(client: &Client, kubeconfig: &Path, extra: &[&str]) -> Vec
 /// Waits until ValkeyCluster `name` is Ready; returns how long it took.
 async fn wait_cluster_ready(client: &Client, name: &str, timeout: Duration) -> Duration {
     let t = Instant::now();
-    wait_for(&format!("{name} Ready"), timeout, || {
+    eventually(&format!("{name} Ready"), timeout, || {
         let client = client.clone();
         async move {
             let s = status_of(&client, name).await?;
@@ -287,7 +273,7 @@ async fn in_cluster_root_operator_pod_from_deploy_manifests() {
 
     // The operator pod: Running, Ready (leader), holding the Lease.
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let pod = wait_for("the operator pod Ready", Duration::from_secs(120), || {
+    let pod = eventually("the operator pod Ready", Duration::from_secs(120), || {
         let pods = pods.clone();
         async move {
             ready_operator_pods(&pods, "app.kubernetes.io/name=valkey-operator")
@@ -314,7 +300,7 @@ async fn in_cluster_root_operator_pod_from_deploy_manifests() {
         .find(|v| v.name.starts_with("kube-api-access-"))
         .expect("the projected service-account token volume the API server adds");
     assert!(token_volume.projected.is_some());
-    let holder = wait_for("the Lease held by the pod", Duration::from_secs(30), || {
+    let holder = eventually("the Lease held by the pod", Duration::from_secs(30), || {
         let client = client.clone();
         async move { lease_holder(&client, NAMESPACE).await }
     })
@@ -361,7 +347,7 @@ async fn in_cluster_root_operator_pod_from_deploy_manifests() {
         Some(&cluster_yaml("c2", 1, 0)),
     );
     let t = Instant::now();
-    let refused = wait_for(
+    let refused = eventually(
         "c2 reporting the forbidden PodDisruptionBudget patch",
         Duration::from_secs(120),
         || {
@@ -434,7 +420,7 @@ async fn in_cluster_root_operator_pods_from_the_helm_chart() {
         .iter()
         .filter_map(|p| p.metadata.name.clone())
         .collect();
-    let holder = wait_for("the Lease held", Duration::from_secs(30), || {
+    let holder = eventually("the Lease held", Duration::from_secs(30), || {
         let client = client.clone();
         async move { lease_holder(&client, NAMESPACE).await }
     })
@@ -464,7 +450,7 @@ async fn in_cluster_root_operator_pods_from_the_helm_chart() {
         &["delete", "pod", "-n", NAMESPACE, &leader, "--wait=false"],
         None,
     );
-    let new_holder = wait_for(
+    let new_holder = eventually(
         "the standby holding the Lease",
         Duration::from_secs(60),
         || {
@@ -503,7 +489,7 @@ async fn in_cluster_root_operator_pods_from_the_helm_chart() {
         None,
     );
     // The status shows the new shard count once the new leader acted on it.
-    wait_for("h1 Ready with 2 shards", Duration::from_secs(240), || {
+    eventually("h1 Ready with 2 shards", Duration::from_secs(240), || {
         let client = client.clone();
         async move {
             let s = status_of(&client, "h1").await?;
