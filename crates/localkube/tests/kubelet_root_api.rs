@@ -1,7 +1,8 @@
 //! The kubelet API through the real API server, driven by the real `kubectl` (needs root for
 //! pods): `kubectl logs` of the current and the previous instance of a restarted container,
 //! `--tail`, `--limit-bytes`, and `-f` that streams new lines as they are written; `kubectl
-//! exec` is refused with a message saying it is not emulated.
+//! attach` is refused with a message saying it is not emulated (`kubectl exec`:
+//! `kubelet_root_exec.rs`).
 
 #[macro_use]
 mod support;
@@ -145,10 +146,11 @@ async fn kubelet_root_api_logs_through_kubectl() {
     );
     eprintln!("kubectl logs -f streamed {followed:?}");
 
-    // exec is not emulated, and says so.
-    let (ok, _, err) = run(&kubeconfig, &["exec", "talker", "--", "true"]);
+    // attach is not emulated, and says so.
+    let (ok, _, err) = run(&kubeconfig, &["attach", "talker"]);
     assert!(!ok);
-    eprintln!("kubectl exec: {}", err.trim());
+    assert!(err.contains("attach is not emulated"), "{err}");
+    eprintln!("kubectl attach: {}", err.trim());
 
     env.stop().await;
 }

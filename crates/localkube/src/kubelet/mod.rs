@@ -23,14 +23,18 @@
 //! restarts, termination), [`probes`], [`volumes`] (+ [`atomic_writer`]),
 //! [`envvars`] (+ [`expand`], [`fieldpath`], [`quantity`]), [`status`]
 //! (pure status computation), [`backoff`], [`objects`] (ConfigMap/Secret
-//! caches), [`storage`], `events`.
+//! caches), [`storage`], `events`, [`server`] (+ [`exec`], [`portforward`],
+//! [`spdy`]).
 //!
 //! The kubelet API ([`server`]) serves `kubectl logs` (`-p`, `-f`, `--tail`,
 //! `--limit-bytes`; output also in
-//! `<state_dir>/pods/<uid>/logs/<container>/<restart>.log`).
+//! `<state_dir>/pods/<uid>/logs/<container>/<restart>.log`), `kubectl exec`
+//! ([`exec`]: stdout, stderr, stdin, exit code; no terminal for `-t`) and
+//! `kubectl port-forward` ([`portforward`]), both over hand-written SPDY/3.1
+//! framing ([`spdy`]).
 //!
-//! Not emulated (honest limits): `kubectl exec/port-forward/attach` (SPDY
-//! streams) and the kubelet's metrics endpoints; no
+//! Not emulated (honest limits): `kubectl attach` and the kubelet's metrics
+//! endpoints; no
 //! kube-proxy (Service ClusterIPs do not route) and no cluster DNS, so
 //! service links env vars are not injected; no cgroups (resource requests
 //! and limits are reported to the downward API but not enforced, no
@@ -48,14 +52,17 @@ pub mod backoff;
 mod containers;
 pub mod envvars;
 mod events;
+pub mod exec;
 pub mod expand;
 pub mod fieldpath;
 mod node;
 pub mod objects;
 mod pods;
+pub mod portforward;
 pub mod probes;
 pub mod quantity;
 pub mod server;
+pub mod spdy;
 pub mod status;
 pub mod storage;
 pub mod volumes;
@@ -303,7 +310,7 @@ impl Faults {
     }
 
     /// Runs `argv` inside a running container (its namespaces, root and
-    /// environment), like `kubectl exec` would (which localkube cannot serve).
+    /// environment), as `kubectl exec` does, without going through the API server.
     pub async fn exec(
         &self,
         ns: &str,

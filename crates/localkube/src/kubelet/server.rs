@@ -1,13 +1,24 @@
-//! The kubelet API the API server proxies to, so that `kubectl logs` works: one HTTPS server
-//! per fake node on the node's `InternalIP` (all nodes share the host's bridge address, so each
-//! has its own port, published as `status.daemonEndpoints.kubeletEndpoint.Port`). Clients must
-//! present a certificate signed by the cluster CA (the API server's kubelet client
-//! certificate), as a kubelet with `--client-ca-file` requires.
+//! The kubelet API the API server proxies to, so that `kubectl logs`, `kubectl exec` and
+//! `kubectl port-forward` work: one HTTPS server per fake node on the node's `InternalIP` (all
+//! nodes share the host's bridge address, so each has its own port, published as
+//! `status.daemonEndpoints.kubeletEndpoint.Port`). Clients must present a certificate signed by
+//! the cluster CA (the API server's kubelet client certificate), as a kubelet with
+//! `--client-ca-file` requires.
 //!
-//! Served: `GET /containerLogs/{namespace}/{pod}/{container}` with `previous`, `follow`,
-//! `tailLines` and `limitBytes` (what `kubectl logs -p -f --tail --limit-bytes` send), and
-//! `GET /healthz`. Not served (501): `exec`, `attach`, `portForward` (they need SPDY
-//! streams), `timestamps` and `sinceSeconds`/`sinceTime` (the logs carry no timestamps).
+//! Served:
+//! - `GET /containerLogs/{namespace}/{pod}/{container}` with `previous`, `follow`, `tailLines`
+//!   and `limitBytes` (what `kubectl logs -p -f --tail --limit-bytes` send);
+//! - `GET|POST /exec/{namespace}/{pod}[/{uid}]/{container}` with `command`, `input`, `output`,
+//!   `error`, `tty`: an upgrade to SPDY/3.1, remote command protocol `v4.channel.k8s.io`
+//!   ([`super::exec`]; the API server translates kubectl's WebSockets to it);
+//! - `GET|POST /portForward/{namespace}/{pod}[/{uid}]`: an upgrade to SPDY/3.1, protocol
+//!   `portforward.k8s.io` ([`super::portforward`]);
+//! - `GET /healthz`.
+//!
+//! Not served (501): `attach` and `run`; WebSocket upgrades straight to the kubelet (the node
+//! does not declare `ExtendWebSocketsToKubelet`, so the API server does not send them); exec
+//! protocols before v4 (the API server offers v4); `timestamps` and `sinceSeconds`/`sinceTime`
+//! of logs (the logs carry no timestamps). `exec -t` gets pipes, not a terminal.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,8 +27,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path as UrlPath, Query, State};
-use axum::http::StatusCode;
+use axum::extract::{Path as UrlPath, Query, Request, State};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -27,7 +38,10 @@ use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::net::TcpListener;
 
-use super::Shared;
+use super::{PodHandle, Shared, exec, portforward};
+
+/// The header carrying the remote command protocols (offered, then chosen).
+const PROTOCOL_HEADER: &str = "X-Stream-Protocol-Version";
 
 /// Files of the kubelets' serving certificate and of the CA their clients must chain to.
 #[derive(Debug, Clone)]
@@ -90,11 +104,24 @@ pub(crate) async fn serve(
             "/containerLogs/{namespace}/{pod}/{container}",
             get(container_logs),
         )
+        .route("/exec/{namespace}/{pod}/{container}", get(exec).post(exec))
+        .route(
+            "/exec/{namespace}/{pod}/{uid}/{container}",
+            get(exec_with_uid).post(exec_with_uid),
+        )
+        .route(
+            "/portForward/{namespace}/{pod}",
+            get(port_forward).post(port_forward),
+        )
+        .route(
+            "/portForward/{namespace}/{pod}/{uid}",
+            get(port_forward_with_uid).post(port_forward_with_uid),
+        )
         .fallback(|| async {
             (
                 StatusCode::NOT_IMPLEMENTED,
-                "localkube's kubelet serves only containerLogs (kubectl logs); exec, attach \
-                 and port-forward are not emulated\n",
+                "localkube's kubelet serves only containerLogs, exec and portForward (kubectl \
+                 logs, exec, port-forward); attach is not emulated\n",
             )
         })
         .with_state(NodeApi { shared, node });
@@ -110,7 +137,7 @@ pub(crate) async fn serve(
             };
             let service = hyper_util::service::TowerToHyperService::new(app);
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
+                .serve_connection_with_upgrades(TokioIo::new(stream), service)
                 .await;
         });
     }
@@ -262,9 +289,267 @@ async fn container_logs(
     (StatusCode::OK, Body::from_stream(stream)).into_response()
 }
 
+/// `exec` of a pod on this node: checks the pod, the container and the upgrade request,
+/// answers `101 Switching Protocols` (SPDY/3.1) and runs the session ([`exec::serve`]).
+async fn exec(
+    State(api): State<NodeApi>,
+    UrlPath((namespace, pod, container)): UrlPath<(String, String, String)>,
+    Query(query): Query<Vec<(String, String)>>,
+    req: Request,
+) -> Response {
+    start_exec(api, namespace, pod, None, container, query, req)
+}
+
+async fn exec_with_uid(
+    State(api): State<NodeApi>,
+    UrlPath((namespace, pod, uid, container)): UrlPath<(String, String, String, String)>,
+    Query(query): Query<Vec<(String, String)>>,
+    req: Request,
+) -> Response {
+    start_exec(api, namespace, pod, Some(uid), container, query, req)
+}
+
+fn start_exec(
+    api: NodeApi,
+    namespace: String,
+    pod: String,
+    uid: Option<String>,
+    container: String,
+    query: Vec<(String, String)>,
+    mut req: Request,
+) -> Response {
+    let error = |code: StatusCode, msg: String| (code, format!("{msg}\n")).into_response();
+    let opts = exec::ExecOptions::from_query(&query);
+    if opts.argv.is_empty() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "you must specify at least 1 command".into(),
+        );
+    }
+    if !(opts.stdin || opts.stdout || opts.stderr) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "you must specify at least 1 of stdin, stdout, stderr".into(),
+        );
+    }
+    let target = {
+        let pods = api.shared.lock_pods();
+        let Some((_, handle)) = find_pod(&pods, &api.node, &namespace, &pod, uid.as_deref()) else {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!("pod {namespace}/{pod} does not run on node {}", api.node),
+            );
+        };
+        let known = {
+            let st = handle.snapshot();
+            st.containers
+                .iter()
+                .chain(st.init.iter())
+                .any(|c| c.name == container)
+        };
+        if !known {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("container {container} is not valid for pod {pod}"),
+            );
+        }
+        handle.exec_target(&container)
+    };
+    let Some((running, env)) = target else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("container {container} in pod {namespace}/{pod} is not running"),
+        );
+    };
+    let (on_upgrade, protocol) = match upgrade(&mut req, exec::PROTOCOLS) {
+        Ok(u) => u,
+        Err(resp) => return *resp,
+    };
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => exec::serve(TokioIo::new(upgraded), opts, running, env).await,
+            Err(e) => tracing::debug!(error = %e, "exec: upgrade failed"),
+        }
+    });
+    switching_protocols(protocol)
+}
+
+/// `portForward` of a pod on this node: checks the pod and the upgrade request, answers `101
+/// Switching Protocols` (SPDY/3.1) and serves the connection ([`portforward::serve`]).
+async fn port_forward(
+    State(api): State<NodeApi>,
+    UrlPath((namespace, pod)): UrlPath<(String, String)>,
+    req: Request,
+) -> Response {
+    start_port_forward(api, namespace, pod, None, req)
+}
+
+async fn port_forward_with_uid(
+    State(api): State<NodeApi>,
+    UrlPath((namespace, pod, uid)): UrlPath<(String, String, String)>,
+    req: Request,
+) -> Response {
+    start_port_forward(api, namespace, pod, Some(uid), req)
+}
+
+fn start_port_forward(
+    api: NodeApi,
+    namespace: String,
+    pod: String,
+    uid: Option<String>,
+    mut req: Request,
+) -> Response {
+    let error = |code: StatusCode, msg: String| (code, format!("{msg}\n")).into_response();
+    let netns = {
+        let pods = api.shared.lock_pods();
+        let Some((_, handle)) = find_pod(&pods, &api.node, &namespace, &pod, uid.as_deref()) else {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!("pod {namespace}/{pod} does not run on node {}", api.node),
+            );
+        };
+        match handle.sandbox() {
+            Some(sb) => Some(sb.netns_path),
+            // No sandbox of its own but running containers: host network.
+            None if handle
+                .snapshot()
+                .containers
+                .iter()
+                .any(|c| c.running.is_some()) =>
+            {
+                None
+            }
+            None => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("pod {namespace}/{pod} has no network namespace yet"),
+                );
+            }
+        }
+    };
+    let (on_upgrade, protocol) = match upgrade(&mut req, portforward::PROTOCOLS) {
+        Ok(u) => u,
+        Err(resp) => return *resp,
+    };
+    let target = portforward::Target {
+        pod: format!("{namespace}/{pod}"),
+        netns,
+    };
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => portforward::serve(TokioIo::new(upgraded), target).await,
+            Err(e) => tracing::debug!(error = %e, "port-forward: upgrade failed"),
+        }
+    });
+    switching_protocols(protocol)
+}
+
+/// The pod `namespace/name` (with `uid`, if given) running on `node`.
+fn find_pod<'a>(
+    pods: &'a std::collections::HashMap<String, PodHandle>,
+    node: &str,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+) -> Option<(&'a String, &'a PodHandle)> {
+    pods.iter().find(|(u, h)| {
+        h.namespace == namespace
+            && h.name == name
+            && h.node == node
+            && uid.is_none_or(|uid| uid == u.as_str())
+    })
+}
+
+/// Checks that `req` asks for an upgrade to SPDY/3.1 with one of `protocols` (the kubelet's
+/// handshake): the pending upgrade and the protocol chosen, or the error response.
+fn upgrade(
+    req: &mut Request,
+    protocols: &[&'static str],
+) -> Result<(hyper::upgrade::OnUpgrade, &'static str), Box<Response>> {
+    let headers = req.headers();
+    let has = |name: header::HeaderName, want: &str| {
+        headers.get_all(name).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|v| v.to_ascii_lowercase().contains(want))
+        })
+    };
+    if !has(header::CONNECTION, "upgrade") || !has(header::UPGRADE, "spdy/3.1") {
+        return Err(Box::new(
+            (
+                StatusCode::BAD_REQUEST,
+                "unable to upgrade: missing upgrade headers in request (SPDY/3.1 is served; \
+                 WebSockets are translated by the API server)\n",
+            )
+                .into_response(),
+        ));
+    }
+    let offered = headers
+        .get_all(PROTOCOL_HEADER)
+        .iter()
+        .filter_map(|v| v.to_str().ok());
+    let Some(protocol) = negotiate(offered, protocols) else {
+        let mut resp = (
+            StatusCode::FORBIDDEN,
+            format!(
+                "unable to upgrade: unable to negotiate protocol: server accepts {protocols:?}\n"
+            ),
+        )
+            .into_response();
+        for p in protocols {
+            resp.headers_mut().append(
+                "X-Accepted-Stream-Protocol-Versions",
+                header::HeaderValue::from_static(p),
+            );
+        }
+        return Err(Box::new(resp));
+    };
+    Ok((hyper::upgrade::on(req), protocol))
+}
+
+/// The first protocol of the client's `X-Stream-Protocol-Version` values (comma-separated,
+/// possibly repeated) that is in `served`.
+pub fn negotiate<'a>(
+    client: impl IntoIterator<Item = &'a str>,
+    served: &[&'static str],
+) -> Option<&'static str> {
+    client
+        .into_iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .find_map(|p| served.iter().copied().find(|s| *s == p))
+}
+
+/// `101 Switching Protocols` to SPDY/3.1 with `protocol`.
+fn switching_protocols(protocol: &'static str) -> Response {
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::UPGRADE, "SPDY/3.1")
+        .header(PROTOCOL_HEADER, protocol)
+        .body(Body::empty())
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn negotiates_the_first_served_protocol_offered() {
+        assert_eq!(
+            negotiate(
+                ["v5.channel.k8s.io, v4.channel.k8s.io", "v3.channel.k8s.io"],
+                exec::PROTOCOLS
+            ),
+            Some("v4.channel.k8s.io")
+        );
+        assert_eq!(negotiate(["v5.channel.k8s.io"], exec::PROTOCOLS), None);
+        assert_eq!(negotiate([], exec::PROTOCOLS), None);
+        assert_eq!(
+            negotiate(["portforward.k8s.io"], portforward::PROTOCOLS),
+            Some("portforward.k8s.io")
+        );
+    }
 
     #[test]
     fn tail_counts_lines_from_the_end() {

@@ -307,29 +307,13 @@ impl RunningContainer {
         env: &[(String, String)],
         timeout: Duration,
     ) -> Result<ExecResult> {
-        if argv.is_empty() {
-            return Err(RuntimeError::invalid("exec argv", "empty"));
-        }
-        validate_env(env)?;
-        validate_argv0(&argv[0])?;
-        if self.try_status().is_some() {
-            return Err(RuntimeError::Exited(self.pid));
-        }
+        let mut cmd = self.exec_command(argv, env)?;
         let (reader, writer) =
             std::io::pipe().map_err(|e| RuntimeError::io("create pipe for", &self.state_dir, e))?;
         let writer2 = writer
             .try_clone()
             .map_err(|e| RuntimeError::io("dup pipe for", &self.state_dir, e))?;
-        let mut cmd = tokio::process::Command::new("nsenter");
-        cmd.arg(format!("--target={}", self.pid))
-            .args(["--net", "--mount", "--uts", "--root", "--wd", "--"])
-            .args(env_argv(env, None, argv))
-            .env_clear()
-            .env("PATH", BASE_PATH)
-            .stdin(Stdio::null())
-            .stdout(writer)
-            .stderr(writer2)
-            .kill_on_drop(true);
+        cmd.stdin(Stdio::null()).stdout(writer).stderr(writer2);
         let mut child = cmd.spawn().map_err(|source| RuntimeError::Spawn {
             program: "nsenter".into(),
             source,
@@ -365,6 +349,52 @@ impl RunningContainer {
             exit_code: status.exit_code(),
             output: String::from_utf8_lossy(&bytes).into_owned(),
         })
+    }
+}
+
+impl RunningContainer {
+    /// Starts `argv` inside the container like [`Self::exec_in`], for `kubectl exec`: stdout
+    /// and stderr are pipes (`child.stdout`, `child.stderr`), stdin a pipe if `stdin` (else
+    /// `/dev/null`). The command runs until it exits or the child is dropped (which kills it).
+    pub fn exec_spawn(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+        stdin: bool,
+    ) -> Result<tokio::process::Child> {
+        let mut cmd = self.exec_command(argv, env)?;
+        cmd.stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.spawn().map_err(|source| RuntimeError::Spawn {
+            program: "nsenter".into(),
+            source,
+        })
+    }
+
+    /// `nsenter` into the container's namespaces, root and working directory, running `argv`
+    /// with exactly `env`; killed when dropped. Stdio is left to the caller.
+    fn exec_command(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+    ) -> Result<tokio::process::Command> {
+        if argv.is_empty() {
+            return Err(RuntimeError::invalid("exec argv", "empty"));
+        }
+        validate_env(env)?;
+        validate_argv0(&argv[0])?;
+        if self.try_status().is_some() {
+            return Err(RuntimeError::Exited(self.pid));
+        }
+        let mut cmd = tokio::process::Command::new("nsenter");
+        cmd.arg(format!("--target={}", self.pid))
+            .args(["--net", "--mount", "--uts", "--root", "--wd", "--"])
+            .args(env_argv(env, None, argv))
+            .env_clear()
+            .env("PATH", BASE_PATH)
+            .kill_on_drop(true);
+        Ok(cmd)
     }
 }
 

@@ -14,7 +14,8 @@
 //!   images → [`ImageError`] whose message suits an `ErrImagePull`-like waiting reason.
 //! - [`container`]: [`spawn`]`(&`[`ContainerSpec`]`)` → [`RunningContainer`] with `pid()`,
 //!   `async wait()` → [`ExitStatus`], `signal(`[`Signal`]`)`, `try_status()` and
-//!   `async exec_in(argv, env, timeout)` → [`ExecResult`] (exec probes, preStop hooks).
+//!   `async exec_in(argv, env, timeout)` → [`ExecResult`] (exec probes, preStop hooks) and
+//!   `exec_spawn(argv, env, stdin)` → a child with piped stdio (`kubectl exec`).
 //! - [`cleanup`]: [`cleanup_leftovers`]`(state_dir, bridge)` removes processes, mounts, netns,
 //!   veths and the bridge of a (crashed) environment; [`kill_netns_processes`] for pod deletion.
 //!
