@@ -1,27 +1,37 @@
-//! A continuous cluster-aware writer with one worker per hash tag, for measuring what clients
-//! see during a failover: each worker writes `{tN}:<i>` with `SET` + `WAIT <replicas>` (one
-//! pipeline, to the tag's primary) on the same cluster connection, and records its own longest
-//! time without a successful `SET` (the write gap) and without a replica-acknowledged one (the
-//! durable gap). A slow shard therefore does not inflate the gaps of the others.
+//! A continuous cluster-aware writer with two workers per hash tag, for measuring what
+//! clients see during a failover, each on its own cluster connection (Valkey runs one
+//! connection's commands in order, so a blocked `WAIT` would hold up the next `SET`):
+//!
+//! - the *durable* worker writes `{tN}:<i>` with `SET` + `WAIT <replicas> 500` (one pipeline,
+//!   to the tag's primary) and records its longest time without a replica-acknowledged write
+//!   (the durable gap); every acknowledged key is read back at the end;
+//! - the *probe* worker overwrites `{tN}:probe` with plain `SET`s and records the longest time
+//!   from the first attempt that did not succeed to the next success (the write gap): how long
+//!   a client without `WAIT` could not write that tag. A `WAIT` that times out while a shard has
+//!   no replica in sync therefore does not count as unavailability.
+//!
+//! A slow shard does not inflate the gaps of the others.
 
 use std::time::{Duration, Instant};
 
 use anyhow::ensure;
 use kube::Client;
+use redis::cluster_async::ClusterConnection;
 use tokio::sync::watch;
 
 use super::writer_client;
 
-/// What one worker saw.
+/// What one tag's workers saw.
 #[derive(Clone, Debug, Default)]
 pub struct TagReport {
     /// Indexes of the writes acknowledged by `replicas` replicas.
     pub acked: Vec<usize>,
-    /// Longest time between two successful `SET`s.
+    /// Longest time from a `SET` attempt that failed or stalled to the next successful `SET`
+    /// (the probe worker).
     pub write_gap: Duration,
-    /// Longest time between two replica-acknowledged writes.
+    /// Longest time between two replica-acknowledged writes (the durable worker).
     pub durable_gap: Duration,
-    /// The last error (or short `WAIT` reply) before the longest write gap ended.
+    /// The last error before the longest write gap ended.
     pub gap_cause: String,
 }
 
@@ -40,10 +50,122 @@ pub struct TagSummary {
     pub gap_cause: String,
 }
 
+fn trace(tag: usize, what: &str, e: &redis::RedisError, since: Instant) {
+    if std::env::var_os("TAGWRITER_TRACE").is_some() {
+        eprintln!(
+            "tagwriter {:?} tag {tag} {what}: {e} (gap so far {:.2}s)",
+            std::time::SystemTime::now(),
+            since.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// The durable worker: `SET` + `WAIT` until `stop`; returns its acknowledged writes and
+/// durable gap.
+async fn durable_worker(
+    mut c: ClusterConnection,
+    rx: watch::Receiver<bool>,
+    prefix: String,
+    tag: usize,
+    replicas: i64,
+) -> (TagReport, ClusterConnection) {
+    let mut r = TagReport::default();
+    let mut last_durable = Instant::now();
+    let mut i = 0usize;
+    while !*rx.borrow() {
+        let res: redis::RedisResult<(i64,)> = redis::pipe()
+            .cmd("SET")
+            .arg(key(&prefix, tag, i))
+            .arg(i)
+            .ignore()
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(500)
+            .query_async(&mut c)
+            .await;
+        match res {
+            Ok((n,)) if n >= replicas => {
+                r.durable_gap = r.durable_gap.max(last_durable.elapsed());
+                last_durable = Instant::now();
+                r.acked.push(i);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                trace(tag, &format!("durable write {i}"), &e, last_durable);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    r.durable_gap = r.durable_gap.max(last_durable.elapsed());
+    (r, c)
+}
+
+/// The probe worker: plain `SET`s until `stop`; returns its write gap and the error that
+/// preceded it.
+async fn probe_worker(
+    mut c: ClusterConnection,
+    rx: watch::Receiver<bool>,
+    prefix: String,
+    tag: usize,
+) -> (Duration, String) {
+    let (mut gap, mut gap_cause, mut cause) = (Duration::ZERO, String::new(), String::new());
+    // Issue time of the first attempt of the current run without success.
+    let mut trying_since: Option<Instant> = None;
+    let probe_key = format!("{{{prefix}{tag}}}:probe");
+    let mut i = 0usize;
+    while !*rx.borrow() {
+        let since = *trying_since.get_or_insert_with(Instant::now);
+        let res: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(&probe_key)
+            .arg(i)
+            .query_async(&mut c)
+            .await;
+        match res {
+            Ok(()) => {
+                if since.elapsed() > Duration::from_millis(200)
+                    && std::env::var_os("TAGWRITER_TRACE").is_some()
+                {
+                    eprintln!(
+                        "tagwriter {:?} tag {tag} probe write {i}: succeeded after {:.2}s",
+                        std::time::SystemTime::now(),
+                        since.elapsed().as_secs_f64()
+                    );
+                }
+                if since.elapsed() > gap {
+                    gap = since.elapsed();
+                    gap_cause = std::mem::take(&mut cause);
+                }
+                trying_since = None;
+            }
+            Err(e) => {
+                trace(tag, &format!("probe write {i}"), &e, since);
+                cause = e.to_string();
+            }
+        }
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if let Some(since) = trying_since
+        && since.elapsed() > gap
+    {
+        gap = since.elapsed();
+        gap_cause = cause;
+    }
+    (gap, gap_cause)
+}
+
+/// A tag's durable worker (its report and connection) and probe worker (write gap, cause).
+type TagTasks = (
+    tokio::task::JoinHandle<(TagReport, ClusterConnection)>,
+    tokio::task::JoinHandle<(Duration, String)>,
+);
+
 /// The running workers.
 pub struct TagWriter {
     stop: watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<(TagReport, redis::cluster_async::ClusterConnection)>>,
+    tasks: Vec<TagTasks>,
     prefix: String,
 }
 
@@ -53,8 +175,9 @@ fn key(prefix: &str, tag: usize, i: usize) -> String {
 }
 
 impl TagWriter {
-    /// Starts `tags` workers writing to cluster `name` as user `app`, keys `{<prefix>N}:<i>`,
-    /// each write confirmed with `WAIT <replicas> 500`.
+    /// Starts a durable and a probe worker per tag (`tags` of each) writing to cluster `name`
+    /// as user `app`, keys `{<prefix>N}:<i>` and `{<prefix>N}:probe`, each durable write
+    /// confirmed with `WAIT <replicas> 500`.
     pub async fn start(
         client: &Client,
         name: &str,
@@ -63,66 +186,22 @@ impl TagWriter {
         tags: usize,
         replicas: i64,
     ) -> anyhow::Result<Self> {
-        // One cluster connection per worker: Valkey runs one connection's commands in order,
-        // so on a shared connection every worker's `WAIT` (up to 500 ms while a shard has no
-        // replica in sync) would hold up the next worker's `SET` and inflate its write gap.
-        let mut conns = Vec::with_capacity(tags);
-        for _ in 0..tags {
-            conns.push(writer_client(client, name, pw).await?);
-        }
         let (stop, rx) = watch::channel(false);
-        let tasks = conns
-            .into_iter()
-            .enumerate()
-            .map(|(tag, c)| {
-                let (mut c, rx, prefix) = (c, rx.clone(), prefix.to_owned());
-                tokio::spawn(async move {
-                    let mut r = TagReport::default();
-                    let (mut last_write, mut last_durable) = (Instant::now(), Instant::now());
-                    let mut i = 0usize;
-                    let mut cause = String::new();
-                    while !*rx.borrow() {
-                        let res: redis::RedisResult<(i64,)> = redis::pipe()
-                            .cmd("SET")
-                            .arg(key(&prefix, tag, i))
-                            .arg(i)
-                            .ignore()
-                            .cmd("WAIT")
-                            .arg(replicas)
-                            .arg(500)
-                            .query_async(&mut c)
-                            .await;
-                        if let Ok((n,)) = res {
-                            if last_write.elapsed() > r.write_gap {
-                                r.write_gap = last_write.elapsed();
-                                r.gap_cause = std::mem::take(&mut cause);
-                            }
-                            last_write = Instant::now();
-                            if n >= replicas {
-                                r.durable_gap = r.durable_gap.max(last_durable.elapsed());
-                                last_durable = Instant::now();
-                                r.acked.push(i);
-                            }
-                        } else if let Err(e) = res {
-                            cause = e.to_string();
-                            if std::env::var_os("TAGWRITER_TRACE").is_some() {
-                                eprintln!(
-                                    "tagwriter {:?} tag {tag} write {i}: {e} (gap so far {:.2}s)",
-                                    std::time::SystemTime::now(),
-                                    last_write.elapsed().as_secs_f64()
-                                );
-                            }
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                        }
-                        i += 1;
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                    r.write_gap = r.write_gap.max(last_write.elapsed());
-                    r.durable_gap = r.durable_gap.max(last_durable.elapsed());
-                    (r, c)
-                })
-            })
-            .collect();
+        let mut tasks = Vec::with_capacity(tags);
+        for tag in 0..tags {
+            let durable = writer_client(client, name, pw).await?;
+            let probe = writer_client(client, name, pw).await?;
+            tasks.push((
+                tokio::spawn(durable_worker(
+                    durable,
+                    rx.clone(),
+                    prefix.to_owned(),
+                    tag,
+                    replicas,
+                )),
+                tokio::spawn(probe_worker(probe, rx.clone(), prefix.to_owned(), tag)),
+            ));
+        }
         Ok(Self {
             stop,
             tasks,
@@ -134,10 +213,11 @@ impl TagWriter {
     pub async fn stop_and_check(mut self) -> anyhow::Result<TagSummary> {
         let _ = self.stop.send(true);
         let mut out = TagSummary::default();
-        for (tag, task) in std::mem::take(&mut self.tasks).into_iter().enumerate() {
+        for (tag, (durable, probe)) in std::mem::take(&mut self.tasks).into_iter().enumerate() {
             // Read back on the worker's own connection (in use until now, so it knows the
             // current topology).
-            let (r, mut conn) = task.await?;
+            let (mut r, mut conn) = durable.await?;
+            (r.write_gap, r.gap_cause) = probe.await?;
             if r.write_gap > out.write_gap {
                 out.write_gap = r.write_gap;
                 out.gap_cause = format!("tag {tag}: {}", r.gap_cause);
