@@ -115,9 +115,28 @@ pub(super) fn topology_step(
                 .iter()
                 .any(|m| m.ip() == ip && m.view.is_none() && !m.refused)
     };
+    //    A node whose IP no pod of the cluster holds any more (a replaced pod's old identity)
+    //    need not be failed first once every position of the layout has a reachable member:
+    //    its process is gone, and no pod can come back with its identity (each position serves
+    //    another one). Forgetting it at once keeps it out of `CLUSTER SLOTS`, where clients
+    //    refreshing their slot map would wait for a connection to its dead address.
+    let positions: BTreeSet<(i32, i32)> = topology
+        .members()
+        .iter()
+        .filter(|m| m.view.is_some() && layout.contains(m.shard, m.index))
+        .map(|m| (m.shard, m.index))
+        .collect();
+    let all_positions_up = i64::try_from(positions.len())
+        .is_ok_and(|n| n == i64::from(layout.shards) * i64::from(layout.replicas + 1));
+    let replaced = |ip: &str| {
+        all_positions_up
+            && ip
+                .parse::<IpAddr>()
+                .is_ok_and(|ip| pod_ips.is_some_and(|ips| !ips.contains(&ip)))
+    };
     let dead = topology.seed_view()?.nodes.iter().find(|n| {
         !n.flags.myself
-            && (n.flags.fail || n.flags.noaddr)
+            && (n.flags.fail || n.flags.noaddr || replaced(&n.addr.ip))
             && !live_ids.contains(n.id.as_str())
             && !followed.contains(n.id.as_str())
             && n.slot_count() == 0
@@ -250,6 +269,41 @@ mod tests {
         };
         assert_eq!(node_id, id(1));
         assert_eq!(addrs.len(), 6);
+    }
+
+    #[test]
+    fn a_replaced_pods_old_node_is_forgotten_without_waiting_for_fail() {
+        // Shard 2's replica pod (node 6) was replaced by node 7; the others still know node 6,
+        // not flagged failed yet.
+        let mut n = formed31();
+        let mut n7 = node(7, 2, 1);
+        n7.primary_of = Some(5);
+        n.push(n7);
+        let all: Vec<Member> = members(&world(&n, &[1, 2, 3, 4, 5, 6, 7]))
+            .into_iter()
+            .filter(|m| m.addr != addr(6))
+            .collect();
+        let step = |m: &[Member], pods: &BTreeSet<IpAddr>| {
+            next_step(
+                D31,
+                &Topology::new(m.to_vec()),
+                Some(pods),
+                FailoverTiming::default(),
+            )
+        };
+        let Some(Step::Forget { node_id, .. }) = step(&all, &ips(6, 7)) else {
+            panic!("expected forget")
+        };
+        assert_eq!(node_id, id(6));
+        // Its pod still holds the IP (terminating): wait.
+        assert_eq!(step(&all, &ips(0, 7)), None);
+        // The replacement is not reachable yet (it could come back as node 6 with a
+        // persistent nodes.conf): wait.
+        let without7: Vec<Member> = all.iter().filter(|m| m.addr != addr(7)).cloned().collect();
+        assert!(!matches!(
+            step(&without7, &ips(6, 7)),
+            Some(Step::Forget { .. })
+        ));
     }
 
     #[test]
