@@ -472,8 +472,9 @@ async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
     )
     .await?;
 
-    // 3. Delete the pod of shard 1's primary (default grace): on SIGTERM the primary hands
-    //    its slots to a replica; the Deployment's new pod becomes a replica.
+    // 3. Delete the pod of shard 1's primary (default grace): its preStop hook holds SIGTERM
+    //    while the operator hands its slots to a replica with a coordinated failover; the
+    //    Deployment's new pod becomes a replica.
     acked_writes(&mut cluster_client(&client, name, pw).await?, 2_000, "b").await?;
     let victim = primary_of(&client, name, 1).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
@@ -491,6 +492,20 @@ async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
         "MEASURE 2x2 primary pod delete → Ready with full replica count: {:.1}s",
         recovered.as_secs_f64()
     );
+    let handed_over = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.name={name},reason=FailoverInitiated"
+        )))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|e| e.message)
+        .find(|m| m.contains(&format!("before pod {victim} stops")));
+    ensure!(
+        handed_over.is_some(),
+        "no coordinated hand-over before pod {victim} stopped"
+    );
+    eprintln!("{}", handed_over.unwrap_or_default());
     let mut conn = cluster_client(&client, name, pw).await?;
     check_acked(&mut conn, 2_000, "a", "the primary pod delete").await?;
     check_acked(&mut conn, 2_000, "b", "the primary pod delete").await?;

@@ -145,6 +145,7 @@ async fn pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action, Error>
         layout: layout(vc),
         topology: &observed.topology,
         pod_ips: &observed.pod_ips,
+        terminating: &observed.terminating,
         nodes: &observed.nodes,
         desired_nodes: &desired.nodes,
         timing: failover_timing(vc),

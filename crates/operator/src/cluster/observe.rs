@@ -76,6 +76,8 @@ pub struct Observed {
     pub user_rules: BTreeMap<String, RulesVerdict>,
     /// IPs held by the cluster's pods that still exist (see [`pod_ips`]).
     pub pod_ips: BTreeSet<IpAddr>,
+    /// IP → name of the cluster's pods being deleted that still run (see [`terminating`]).
+    pub terminating: BTreeMap<IpAddr, String>,
 }
 
 impl Observed {
@@ -152,6 +154,7 @@ pub async fn observe(
     let user_rules = judge_user_rules(ctx, &pool, &vc.spec, &topology).await;
     Ok(Observed {
         pod_ips: pod_ips(&pods),
+        terminating: terminating(&pods),
         system_secret,
         system_backup_secret,
         acl_secret,
@@ -278,6 +281,21 @@ pub fn pod_ips(pods: &[Pod]) -> BTreeSet<IpAddr> {
                 return None;
             }
             status.pod_ip.as_deref()?.parse().ok()
+        })
+        .collect()
+}
+
+/// IP → name of the cluster's pods that are being deleted and still run (their `preStop` hook
+/// may be waiting for a primary's hand-over, see `plan/handover.rs`).
+pub fn terminating(pods: &[Pod]) -> BTreeMap<IpAddr, String> {
+    pods.iter()
+        .filter(|p| p.meta().deletion_timestamp.is_some())
+        .filter_map(|p| {
+            let status = p.status.as_ref()?;
+            if status.phase.as_deref() != Some("Running") {
+                return None;
+            }
+            Some((status.pod_ip.as_deref()?.parse().ok()?, p.name_any()))
         })
         .collect()
 }

@@ -13,7 +13,7 @@ use valkey_api::ValkeyClusterSpec;
 use valkey_api::defaults::VALKEY_PORT;
 use valkey_ops::commands::acl::REPLICATION_USER;
 
-use super::{names, probes, start};
+use super::{handover, names, probes, start};
 
 /// Directory of the ConfigMap volume (`valkey.conf` and the probe scripts).
 pub const CONFIG_DIR: &str = "/etc/valkey/config";
@@ -215,6 +215,13 @@ fn config_map_data(spec: &ValkeyClusterSpec, include_live: bool) -> BTreeMap<Str
             probes::liveness_script(tls),
         ),
         (start::START_KEY.to_owned(), start::start_script()),
+        (
+            handover::HANDOVER_KEY.to_owned(),
+            handover::handover_script(
+                tls,
+                handover::handover_wait_seconds(spec.termination_grace_period_seconds()),
+            ),
+        ),
     ])
 }
 

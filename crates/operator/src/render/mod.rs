@@ -8,6 +8,7 @@ pub mod acl;
 pub mod config;
 pub mod config_check;
 pub mod containers;
+pub mod handover;
 pub mod names;
 pub mod pdb;
 pub mod pod;

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    ExecAction, KeyToPath, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, PodSpec,
-    PodTemplateSpec, Probe, SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
+    ExecAction, KeyToPath, Lifecycle, LifecycleHandler, ObjectFieldSelector,
+    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Probe, SecretKeySelector,
+    SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use valkey_api::defaults::{
@@ -19,7 +20,7 @@ use valkey_ops::commands::acl::EXPORTER_USER;
 use super::config::{ACL_DIR, ACL_KEY, CONFIG_DIR, DATA_DIR, SYSTEM_DIR, TLS_DIR};
 use super::containers::{MergeError, merge_containers};
 use super::secrets::{EXPORTER_PASSWORD_KEY, REPLICATION_CONF_KEY};
-use super::{names, probes, start};
+use super::{handover, names, probes, start};
 
 /// Volume names.
 pub mod volumes {
@@ -185,6 +186,16 @@ fn server_container(spec: &ValkeyNodeSpec) -> Container {
         volume_mounts: Some(mounts),
         readiness_probe: Some(exec_probe(probes::readiness_command(), 5, 3)),
         liveness_probe: Some(exec_probe(probes::liveness_command(), 10, 6)),
+        // A primary's SIGTERM waits for the operator's coordinated hand-over.
+        lifecycle: Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                exec: Some(ExecAction {
+                    command: Some(handover::handover_command()),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }

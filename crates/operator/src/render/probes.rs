@@ -27,7 +27,9 @@ pub fn liveness_command() -> Vec<String> {
     vec!["sh".into(), format!("{CONFIG_DIR}/{LIVENESS_KEY}")]
 }
 
-fn ping_prelude(tls: bool) -> String {
+/// Shell lines defining `cli`: `valkey-cli` authenticated as `_exporter` against the local
+/// server (over TLS when `tls`). Shared with the `preStop` hook (`render/handover.rs`).
+pub fn cli_prelude(tls: bool) -> String {
     let tls_flags = if tls {
         format!(" --tls --insecure --cacert {TLS_DIR}/ca.crt")
     } else {
@@ -36,9 +38,12 @@ fn ping_prelude(tls: bool) -> String {
     format!(
         "REDISCLI_AUTH=\"$(cat {SYSTEM_DIR}/{EXPORTER_PASSWORD_KEY})\" || exit 1\n\
          export REDISCLI_AUTH\n\
-         reply=\"$(valkey-cli --no-auth-warning{tls_flags} --user {EXPORTER_USER} -h 127.0.0.1 -p {VALKEY_PORT} PING 2>&1)\"\n\
-         rc=$?\n"
+         cli() {{ valkey-cli --no-auth-warning{tls_flags} --user {EXPORTER_USER} -h 127.0.0.1 -p {VALKEY_PORT} \"$@\"; }}\n"
     )
+}
+
+fn ping_prelude(tls: bool) -> String {
+    format!("{}reply=\"$(cli PING 2>&1)\"\nrc=$?\n", cli_prelude(tls))
 }
 
 /// Readiness: an authenticated `PING` must answer `PONG` (a loading, failing or unreachable

@@ -1,7 +1,8 @@
 //! Planning (pure): from the observed world, the one risky step of a pass.
 //!
-//! In priority order: the topology of the layout (a failover a shard without a writer needs,
-//! MEET, re-MEET, slot assignment, replica attachment, forgetting a departed node;
+//! In priority order: a failover a shard without a writer needs ([`failover`]), the hand-over
+//! of a primary whose pod is being deleted ([`handover`]), the rest of the topology of the
+//! layout (MEET, re-MEET, slot assignment, replica attachment, forgetting a departed node;
 //! [`topology`]), the hand-over of a surplus primary ([`removal`]), slots left half-migrated,
 //! the next batch of the slot balance ([`rebalance`]), the retirement of surplus ValkeyNodes
 //! that serve nothing ([`removal`]), then the next rolling-update step ([`roll`]). At most one step is returned;
@@ -9,6 +10,7 @@
 //! an interrupted step is resumed from what the cluster shows, never from memory.
 
 pub mod failover;
+mod handover;
 mod rebalance;
 mod removal;
 pub mod roll;
@@ -16,7 +18,7 @@ pub mod roll;
 pub(crate) mod testworld;
 mod topology;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
 use kube::ResourceExt;
@@ -108,13 +110,13 @@ pub enum Step {
         names: Vec<String>,
     },
     /// Hand a primary's slots over to its most caught-up synced replica with a coordinated
-    /// `CLUSTER FAILOVER` before its pod is rolled.
+    /// `CLUSTER FAILOVER` before its pod stops (it is rolled, retired or being deleted).
     HandOver {
         /// Address of the replica to promote.
         replica: SocketAddr,
         /// Shard index.
         shard: i32,
-        /// ValkeyNode name of the primary to be rolled afterwards.
+        /// The primary that stops afterwards: its ValkeyNode name, or `pod <name>`.
         primary: String,
     },
     /// Authorize a pending pod-template change: the ValkeyNode with its workload revision
@@ -179,6 +181,8 @@ pub struct Input<'a> {
     pub topology: &'a Topology,
     /// IPs of the cluster's pods that still exist (see [`topology::next_step`]).
     pub pod_ips: &'a BTreeSet<IpAddr>,
+    /// IP → name of the cluster's pods being deleted that still run (see [`handover`]).
+    pub terminating: &'a BTreeMap<IpAddr, String>,
     /// The ValkeyNodes as observed.
     pub nodes: &'a [ValkeyNode],
     /// The ValkeyNodes as built this pass (the current workload revisions).
@@ -224,6 +228,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
         .find_map(|w| w.stuck_message(input.timing));
     let step = failover
         .step
+        .or_else(|| handover::terminating_primary(input.layout, &within, input.terminating))
         .or_else(|| topology::topology_step(input.layout, &within, Some(input.pod_ips)))
         .or_else(|| removal::surplus(input.layout, input.topology, input.nodes))
         .or_else(|| rebalance::open_slots_step(input.layout, input.topology))
