@@ -510,6 +510,11 @@ async fn demoted(pool: &NodePool, addr: &str) -> bool {
     false
 }
 
+/// The events' action of a hand-over. Events of the same reason and action on one object
+/// within minutes form a series that keeps its first message (events.k8s.io), so a hand-over
+/// must not share the action of a failover of a failed primary.
+const HAND_OVER_ACTION: &str = "HandOver";
+
 /// Hands the slots of a primary about to stop (rolled, retired or its pod being deleted) to
 /// its replica with a coordinated `CLUSTER FAILOVER` (the primary stops writes until the
 /// replica has caught up, so no acknowledged write is lost).
@@ -517,7 +522,7 @@ async fn hand_over(pool: &NodePool, replica: SocketAddr, shard: i32, primary: &s
     let mut out = Outcome::default();
     out.events.push(EventSpec::normal(
         event::FAILOVER_INITIATED,
-        "Failover",
+        HAND_OVER_ACTION,
         format!("shard {shard}: handing over to {replica} before {primary} stops"),
     ));
     let addr = replica.to_string();
@@ -547,7 +552,7 @@ async fn hand_over(pool: &NodePool, replica: SocketAddr, shard: i32, primary: &s
             };
             out.events.push(EventSpec::warning(
                 reason,
-                "Failover",
+                HAND_OVER_ACTION,
                 format!("shard {shard}: handing over to {replica} before {primary} stops: {e}"),
             ));
         }
