@@ -139,6 +139,12 @@ impl Env {
             }
             None => {
                 let t = tempfile::Builder::new().prefix("localkube-").tempdir()?;
+                // Traversable (not listable) by anyone: containers running as non-root
+                // (`runAsUser`) reach the image bin dirs under it.
+                std::fs::set_permissions(
+                    t.path(),
+                    std::os::unix::fs::PermissionsExt::from_mode(0o711),
+                )?;
                 (t.path().to_path_buf(), Some(t))
             }
         };

@@ -76,6 +76,7 @@ impl TestEnv {
             hostname: Some(name.to_string()),
             state_dir: self.state.path().join("containers").join(name),
             log_path: self.state.path().join("logs").join(format!("{name}.log")),
+            user: None,
         }
     }
 
@@ -648,6 +649,7 @@ async fn root_netns_binaries_on_other_mounts_are_visible() {
         cmd: vec![],
         working_dir: None,
         env: Default::default(),
+        user: None,
     };
     let table = ImageTable::new(vec![entry], &fs.join("images")).unwrap();
     let img = table.resolve("example/tool:1").unwrap();

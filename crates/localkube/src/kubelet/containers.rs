@@ -321,6 +321,14 @@ async fn run_once(
             return Outcome::NotStarted { image_pull: false };
         }
     };
+    let user = match super::security::process_user(&pod, &c, image.user) {
+        Ok(u) => u,
+        Err(e) => {
+            sup.event(true, "Failed", format!("Error: {e}"));
+            sup.update(|s| s.state = waiting("CreateContainerConfigError", Some(e)));
+            return Outcome::NotStarted { image_pull: false };
+        }
+    };
     let restart = sup.current().map(|s| s.restart_count).unwrap_or(0) + i32::from(spawned_before);
     let short_uid: String = sup.pod.uid.chars().filter(|c| *c != '-').take(12).collect();
     let id = format!("{short_uid}-{}-{restart}", c.name);
@@ -347,6 +355,7 @@ async fn run_once(
             .join("logs")
             .join(&c.name)
             .join(format!("{restart}.log")),
+        user,
     };
     if let Some(parent) = spec.log_path.parent() {
         let _ = std::fs::create_dir_all(parent);

@@ -220,6 +220,7 @@ async fn session(
         }
     }
 
+    running.wait_setup(std::time::Duration::from_secs(10)).await;
     let status = match running.exec_spawn(&opts.argv, env, opts.stdin) {
         Ok(child) => run(child, opts, &streams, frames, out).await?,
         Err(e) => {

@@ -153,8 +153,12 @@ pub fn resource_value(
     };
     let divisor = divisor.filter(|d| !d.is_empty()).unwrap_or("1");
     let value = parse_nanos(&quantity)?;
-    let div = parse_nanos(divisor)?;
-    if div <= 0 {
+    // A zero divisor (what the API server stores when none is given) means 1, as in the kubelet.
+    let div = match parse_nanos(divisor)? {
+        0 => 1_000_000_000,
+        d => d,
+    };
+    if div < 0 {
         return Err(FieldPathError::Quantity(QuantityError(divisor.to_string())));
     }
     if name == "cpu" {
@@ -258,6 +262,9 @@ mod tests {
         assert_eq!(r("requests.cpu", None), "1");
         assert_eq!(r("limits.memory", None), "67108864");
         assert_eq!(r("limits.memory", Some("1Mi")), "64");
+        // The API server stores a missing volume-item divisor as "0": it means 1.
+        assert_eq!(r("limits.memory", Some("0")), "67108864");
+        assert_eq!(r("limits.cpu", Some("0")), "2");
         assert_eq!(r("requests.memory", None), "0");
         let bare = Container {
             name: "b".into(),

@@ -33,15 +33,26 @@
 //! `kubectl port-forward` ([`portforward`]), both over hand-written SPDY/3.1
 //! framing ([`spdy`]).
 //!
+//! `securityContext` ([`security`]): `runAsUser`, `runAsGroup`,
+//! `supplementalGroups` and `fsGroup` (group ownership of emptyDir,
+//! projected and claim volumes) set the identity of the container's
+//! processes, its exec probes, hooks and `kubectl exec`; `runAsNonRoot`
+//! refuses a root user with the kubelet's `CreateContainerConfigError`.
+//! `emptyDir.medium: Memory` is a tmpfs (`sizeLimit`, else the pod's memory
+//! limit), unmounted at teardown.
+//!
 //! Not emulated (honest limits): `kubectl attach` and the kubelet's metrics
 //! endpoints; no
 //! kube-proxy (Service ClusterIPs do not route) and no cluster DNS, so
 //! service links env vars are not injected; no cgroups (resource requests
 //! and limits are reported to the downward API but not enforced, no
-//! OOMKilled); no PID or user namespaces and `securityContext`
-//! (runAsUser, fsGroup, capabilities) is ignored — containers run as root;
-//! no `terminationMessagePath` file (`FallbackToLogsOnError` uses the log tail); HTTPS and gRPC probes are reported as
-//! failures; no image pulls (images resolve through the image table);
+//! OOMKilled); no PID or user namespaces; of `securityContext`,
+//! capabilities, `privileged`, `readOnlyRootFilesystem`, seccomp, AppArmor
+//! and SELinux are ignored (a non-root user has no capabilities, root has
+//! all);
+//! no `terminationMessagePath` file (`FallbackToLogsOnError` uses the log
+//! tail); TLS gRPC probes are reported as failures; no image pulls (images
+//! resolve through the image table);
 //! ephemeral containers, in-place resize, static pods, eviction under
 //! pressure and volume types other than emptyDir, hostPath, configMap,
 //! secret, downwardAPI, projected and persistentVolumeClaim are not
@@ -61,6 +72,7 @@ mod pods;
 pub mod portforward;
 pub mod probes;
 pub mod quantity;
+pub mod security;
 pub mod server;
 pub mod spdy;
 pub mod status;

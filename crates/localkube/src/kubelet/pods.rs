@@ -112,6 +112,13 @@ impl PodHandle {
             }
         }
         teardown_sandbox(shared, &self.shared).await;
+        // A crashed node loses its memory-backed volumes (tmpfs); disk volumes stay.
+        let volumes_dir = shared
+            .state_dir
+            .join("pods")
+            .join(&self.shared.uid)
+            .join("volumes");
+        let _ = tokio::task::spawn_blocking(move || volumes::unmount_all(&volumes_dir)).await;
     }
 }
 
@@ -243,6 +250,7 @@ async fn run_worker(shared: Arc<Shared>, ps: Arc<PodShared>, rx: watch::Receiver
 fn initial_state(shared: &Shared, pod: &Pod) -> PodRuntimeState {
     let spec = pod.spec.clone().unwrap_or_default();
     let old = pod.status.clone().unwrap_or_default();
+    let has_init = spec.init_containers.as_ref().is_some_and(|i| !i.is_empty());
     let carry = |name: &str,
                  image: &str,
                  reason: &str,
@@ -281,7 +289,13 @@ fn initial_state(shared: &Shared, pod: &Pod) -> PodRuntimeState {
                 carry(
                     &c.name,
                     c.image.as_deref().unwrap_or_default(),
-                    "ContainerCreating",
+                    // As the kubelet's default waiting state: PodInitializing in a pod with
+                    // init containers.
+                    if has_init {
+                        "PodInitializing"
+                    } else {
+                        "ContainerCreating"
+                    },
                     &old.container_statuses,
                 )
             })
@@ -358,7 +372,13 @@ async fn worker(
     ps.with_state(|st| {
         st.sandbox_ready = false;
     });
-    let _ = tokio::fs::remove_dir_all(pod_dir.join("volumes")).await;
+    // Memory-backed emptyDirs are tmpfs mounts: unmount them before removing the directory.
+    let volumes_dir = pod_dir.join("volumes");
+    let _ = tokio::task::spawn_blocking(move || {
+        volumes::unmount_all(&volumes_dir);
+        let _ = std::fs::remove_dir_all(&volumes_dir);
+    })
+    .await;
     let pod = rx.borrow().clone();
     if is_gone(&pod) {
         return;
@@ -499,6 +519,7 @@ async fn start_pod(
             objects: &shared.objects,
             allocatable: &allocatable,
             info: &info,
+            setup: true,
         };
         match volumes::prepare(&pod, pod_dir, &ctx, &mut tokens).await {
             Ok(v) => break v,
@@ -654,6 +675,7 @@ async fn refresh_volumes(
             objects: &shared.objects,
             allocatable: &allocatable,
             info: &info,
+            setup: false,
         };
         if let Err(e) = volumes::prepare(&pod, &pod_dir, &ctx, &mut tokens).await {
             tracing::debug!(pod = pod.name_any(), error = %e, "volume refresh failed");

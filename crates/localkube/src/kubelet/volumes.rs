@@ -4,6 +4,7 @@
 //! and is refreshed when its sources change.
 
 use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -76,6 +77,17 @@ pub struct PreparedVolume {
     pub read_only: bool,
 }
 
+impl PreparedVolume {
+    /// A directory the containers write to (emptyDir, hostPath, claim).
+    fn writable(path: PathBuf) -> Self {
+        Self {
+            path,
+            projected: false,
+            read_only: false,
+        }
+    }
+}
+
 /// Everything the kubelet needs to (re-)project a pod's volumes.
 pub struct VolumeContext<'a> {
     /// API client (token requests, claims).
@@ -86,6 +98,9 @@ pub struct VolumeContext<'a> {
     pub allocatable: &'a BTreeMap<String, String>,
     /// Pod IPs etc.
     pub info: &'a PodRuntimeInfo,
+    /// First set-up of the pod's volumes (not a refresh): `fsGroup` ownership of claim
+    /// directories is applied then, as the kubelet does when it mounts them.
+    pub setup: bool,
 }
 
 /// Service-account tokens already issued for a pod, refreshed at 80 % of their lifetime.
@@ -355,6 +370,12 @@ pub async fn prepare(
 ) -> Result<BTreeMap<String, PreparedVolume>, VolumeError> {
     let mut out = BTreeMap::new();
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let fs_group = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|s| s.fs_group)
+        .and_then(|g| u32::try_from(g).ok());
     for volume in pod
         .spec
         .as_ref()
@@ -365,6 +386,9 @@ pub async fn prepare(
         let io = |what: &str, e| VolumeError::Io(format!("{what} {}", dir.display()), e);
         if let Some(content) = payload(pod, &volume, ctx, tokens).await? {
             atomic_writer::write(&dir, &content)?;
+            if let Some(gid) = fs_group {
+                set_ownership(&dir, gid, true).map_err(|e| io("set fsGroup ownership of", e))?;
+            }
             out.insert(
                 volume.name.clone(),
                 PreparedVolume {
@@ -373,37 +397,48 @@ pub async fn prepare(
                     read_only: true,
                 },
             );
-        } else if volume.empty_dir.is_some() {
+        } else if let Some(empty_dir) = volume.empty_dir.as_ref().filter(|_| ctx.setup) {
+            let mut fresh = !dir.exists();
             std::fs::create_dir_all(&dir).map_err(|e| io("create", e))?;
-            out.insert(
-                volume.name.clone(),
-                PreparedVolume {
-                    path: dir,
-                    projected: false,
-                    read_only: false,
-                },
-            );
+            if empty_dir.medium.as_deref() == Some("Memory") && !is_mount_point(&dir) {
+                let size = memory_volume_size(pod, empty_dir.size_limit.as_ref(), ctx.allocatable);
+                mount_tmpfs(&dir, size).map_err(|e| io("mount tmpfs on", e))?;
+                fresh = true;
+            }
+            if fresh {
+                // World-writable, as the kubelet makes every emptyDir (containers may run as
+                // any user).
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+                    .map_err(|e| io("chmod", e))?;
+                if let Some(gid) = fs_group {
+                    set_ownership(&dir, gid, false)
+                        .map_err(|e| io("set fsGroup ownership of", e))?;
+                }
+            }
+            out.insert(volume.name.clone(), PreparedVolume::writable(dir));
+        } else if volume.empty_dir.is_some() {
+            // A refresh: the emptyDir was set up with the pod (and must not come back while
+            // the pod is torn down).
+            out.insert(volume.name.clone(), PreparedVolume::writable(dir));
         } else if let Some(hp) = &volume.host_path {
             let path = PathBuf::from(&hp.path);
             if matches!(hp.type_.as_deref(), Some("DirectoryOrCreate")) {
                 std::fs::create_dir_all(&path).map_err(|e| io("create", e))?;
             }
-            out.insert(
-                volume.name.clone(),
-                PreparedVolume {
-                    path,
-                    projected: false,
-                    read_only: false,
-                },
-            );
+            out.insert(volume.name.clone(), PreparedVolume::writable(path));
         } else if let Some(claim) = &volume.persistent_volume_claim {
             let path = claim_path(ctx.client, &ns, &claim.claim_name).await?;
+            if let Some(gid) = fs_group.filter(|_| ctx.setup && claim.read_only != Some(true)) {
+                set_ownership(&path, gid, false).map_err(|e| {
+                    VolumeError::Io(format!("set fsGroup ownership of {}", path.display()), e)
+                })?;
+            }
+            let read_only = claim.read_only == Some(true);
             out.insert(
                 volume.name.clone(),
                 PreparedVolume {
-                    path,
-                    projected: false,
-                    read_only: claim.read_only == Some(true),
+                    read_only,
+                    ..PreparedVolume::writable(path)
                 },
             );
         } else {
@@ -411,6 +446,126 @@ pub async fn prepare(
         }
     }
     Ok(out)
+}
+
+/// Whether `dir` is a mount point (its device differs from its parent's).
+fn is_mount_point(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let parent = dir.parent().unwrap_or(Path::new("/"));
+    match (std::fs::metadata(dir), std::fs::metadata(parent)) {
+        (Ok(d), Ok(p)) => d.dev() != p.dev(),
+        _ => false,
+    }
+}
+
+/// The size of a memory-backed emptyDir, as the kubelet computes it: the node's allocatable
+/// memory, lowered to the pod's memory limit (when every container has one) and to the
+/// volume's `sizeLimit`. `None`: no limit known (the tmpfs default, half the RAM).
+fn memory_volume_size(
+    pod: &Pod,
+    size_limit: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    allocatable: &BTreeMap<String, String>,
+) -> Option<u64> {
+    let bytes = |q: &str| {
+        super::quantity::parse_nanos(q)
+            .ok()
+            .map(|n| super::quantity::div_ceil(n, 1_000_000_000))
+            .filter(|b| *b > 0)
+    };
+    let limit_of = |c: &Container| {
+        c.resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get("memory"))
+            .and_then(|q| bytes(&q.0))
+    };
+    let mut size = allocatable.get("memory").and_then(|q| bytes(q));
+    let spec = pod.spec.as_ref();
+    let containers: Vec<Option<i128>> = spec
+        .map(|s| s.containers.iter().map(limit_of).collect())
+        .unwrap_or_default();
+    if !containers.is_empty() && containers.iter().all(Option::is_some) {
+        let sum: i128 = containers.iter().flatten().sum();
+        let init = spec
+            .and_then(|s| s.init_containers.as_ref())
+            .map(|i| i.iter().filter_map(limit_of).max().unwrap_or(0))
+            .unwrap_or(0);
+        let pod_limit = sum.max(init);
+        if size.is_none_or(|s| pod_limit <= s) {
+            size = Some(pod_limit);
+        }
+    }
+    if let Some(limit) = size_limit.and_then(|q| bytes(&q.0))
+        && size.is_none_or(|s| limit <= s)
+    {
+        size = Some(limit);
+    }
+    size.and_then(|s| u64::try_from(s).ok())
+}
+
+/// Mounts a tmpfs (mode 0777, `size` bytes if given) on `dir`, in the kubelet's (host) mount
+/// namespace; containers started later bind it.
+fn mount_tmpfs(dir: &Path, size: Option<u64>) -> std::io::Result<()> {
+    use nix::mount::{MsFlags, mount};
+    let mut options = "mode=0777".to_string();
+    if let Some(size) = size {
+        options.push_str(&format!(",size={size}"));
+    }
+    mount(
+        Some("tmpfs"),
+        dir,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(options.as_str()),
+    )
+    .map_err(std::io::Error::from)
+}
+
+/// Unmounts every mount point under `dir` (the memory-backed emptyDirs of a pod's volumes
+/// dir), deepest first, lazily if busy.
+pub fn unmount_all(dir: &Path) {
+    use nix::mount::{MntFlags, umount2};
+    let Ok(dir) = dir.canonicalize() else {
+        return;
+    };
+    let mut points: Vec<PathBuf> = crate::runtime::cleanup::mount_points()
+        .into_iter()
+        .filter(|p| p.starts_with(&dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    points.dedup();
+    for p in points {
+        if umount2(&p, MntFlags::empty()).is_err()
+            && let Err(e) = umount2(&p, MntFlags::MNT_DETACH)
+        {
+            tracing::warn!(path = %p.display(), error = %e, "cannot unmount volume");
+        }
+    }
+}
+
+/// Gives a volume to `fsGroup` as the kubelet's `SetVolumeOwnership` does: every file and
+/// directory group-owned by `gid`, group-readable (and writable unless `read_only`),
+/// directories also setgid and `u+x,g+x`. Symlinks are re-owned, not chmod-ed.
+fn set_ownership(dir: &Path, gid: u32, read_only: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::{PermissionsExt, lchown};
+    let mask = if read_only { 0o440 } else { 0o660 };
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&path)?;
+        lchown(&path, None, Some(gid))?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let mut mode = (meta.permissions().mode() & 0o7777) | mask;
+        if meta.is_dir() {
+            mode |= 0o2000 | 0o110;
+            for e in std::fs::read_dir(&path)? {
+                stack.push(e?.path());
+            }
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
 }
 
 /// The host directory behind a bound claim.

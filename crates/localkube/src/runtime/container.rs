@@ -10,8 +10,12 @@
 //!   INNER (container view): mkdir -p each mount target (in the overlay's upper layer, symlinks
 //!                          resolved inside the container), mount --move the staged bind mount
 //!                          onto it, remount read-only where asked, mkdir -p the working dir,
-//!                          exec env -i [-C WORKDIR] ENV... ARGV...
+//!                          exec [setpriv --reuid --regid --groups --] env -i [-C WORKDIR] ENV... ARGV...
 //! ```
+//!
+//! With [`ContainerSpec::user`] (`securityContext`), the program and every
+//! [`RunningContainer::exec_in`]/[`RunningContainer::exec_spawn`] command run under `setpriv`
+//! with that uid, gid and supplementary groups (a non-zero uid has no capabilities).
 //!
 //! Every step `exec`s, so the spawned pid *is* the container's main process: signals reach it
 //! directly and its exit status is the program's. If the setup fails, the process exits with
@@ -52,6 +56,9 @@ pub const SETUP_FAILED_EXIT_CODE: i32 = 121;
 /// Staging directory (inside the container root) for volume bind mounts.
 const STAGING: &str = "/.localkube-mnt";
 
+/// util-linux `setpriv` (as seen inside the container, whose root is an overlay of `/`).
+const SETPRIV: &str = "/usr/bin/setpriv";
+
 /// Output kept from an [`RunningContainer::exec_in`] command.
 const MAX_EXEC_OUTPUT: usize = 1 << 20;
 
@@ -89,6 +96,41 @@ pub struct ContainerSpec {
     pub state_dir: PathBuf,
     /// File receiving stdout and stderr (appended).
     pub log_path: PathBuf,
+    /// The identity of the process (and of [`RunningContainer::exec_in`] commands); `None`
+    /// keeps root with the kubelet's groups.
+    pub user: Option<ProcessUser>,
+}
+
+/// User, group and supplementary groups of a container's processes (`securityContext`),
+/// applied with util-linux `setpriv` right before the program is executed. A non-zero uid
+/// loses every capability, as in a container runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessUser {
+    /// Real and effective user id.
+    pub uid: u32,
+    /// Real and effective group id.
+    pub gid: u32,
+    /// Supplementary groups (empty: none).
+    pub groups: Vec<u32>,
+}
+
+impl ProcessUser {
+    /// `setpriv --reuid=U --regid=G --groups=...|--clear-groups --`.
+    fn setpriv_argv(&self) -> Vec<String> {
+        let groups = if self.groups.is_empty() {
+            "--clear-groups".to_string()
+        } else {
+            let list: Vec<String> = self.groups.iter().map(u32::to_string).collect();
+            format!("--groups={}", list.join(","))
+        };
+        vec![
+            SETPRIV.to_string(),
+            format!("--reuid={}", self.uid),
+            format!("--regid={}", self.gid),
+            groups,
+            "--".to_string(),
+        ]
+    }
 }
 
 /// How a container process ended.
@@ -154,7 +196,10 @@ pub struct RunningContainer {
     id: String,
     pid: i32,
     state_dir: PathBuf,
+    user: Option<ProcessUser>,
     exit: watch::Receiver<Option<ExitStatus>>,
+    /// Becomes `true` once the container's namespaces and mounts are set up (or it died).
+    setup: watch::Receiver<bool>,
 }
 
 /// Starts a container (see the module docs). Returns once the process is forked; setup errors
@@ -188,6 +233,12 @@ pub fn spawn(spec: &ContainerSpec) -> Result<RunningContainer> {
         .try_clone()
         .map_err(|e| RuntimeError::io("dup", &spec.log_path, e))?;
 
+    // The container's stdin is the write end of a pipe until its setup is done: the inner
+    // script replaces it with /dev/null right before exec'ing the program, so EOF on the read
+    // end says "set up" (or "dead"). Exec'ing into the container earlier would see a half-made
+    // root (the host's, before the overlay is mounted).
+    let (setup_reader, setup_writer) =
+        std::io::pipe().map_err(|e| RuntimeError::io("create pipe for", state, e))?;
     let mut cmd = Command::new("nsenter");
     if let Some(ns) = &spec.netns_path {
         let mut arg = std::ffi::OsString::from("--net=");
@@ -203,7 +254,7 @@ pub fn spawn(spec: &ContainerSpec) -> Result<RunningContainer> {
         .env_clear()
         .env("PATH", BASE_PATH)
         .current_dir("/")
-        .stdin(Stdio::null())
+        .stdin(setup_writer)
         .stdout(log)
         .stderr(log2)
         // Own process group: a terminal's Ctrl-C must not hit the pods.
@@ -212,6 +263,8 @@ pub fn spawn(spec: &ContainerSpec) -> Result<RunningContainer> {
         program: "nsenter".into(),
         source,
     })?;
+    // Our copy of the write end goes with the command.
+    drop(cmd);
     let pid = child.id() as i32;
     if let Some(start_time) = pidfile::start_time(pid)
         && let Err(e) = pidfile::write(state, PidRecord { pid, start_time })
@@ -219,11 +272,16 @@ pub fn spawn(spec: &ContainerSpec) -> Result<RunningContainer> {
         tracing::warn!(error = %e, pid, "cannot write container pid file");
     }
     let (tx, rx) = watch::channel(None);
+    let (setup_tx, setup_rx) = watch::channel(false);
     let id = spec.id.clone();
     let waiter = std::thread::Builder::new()
         .name(format!("wait-{pid}"))
         .stack_size(64 * 1024)
         .spawn(move || {
+            let mut reader = setup_reader;
+            let mut buf = [0u8; 64];
+            while matches!(reader.read(&mut buf), Ok(n) if n > 0) {}
+            let _ = setup_tx.send(true);
             let status = match child.wait() {
                 Ok(s) => ExitStatus::from_std(s),
                 Err(e) => {
@@ -246,7 +304,9 @@ pub fn spawn(spec: &ContainerSpec) -> Result<RunningContainer> {
         id: spec.id.clone(),
         pid,
         state_dir: state.clone(),
+        user: spec.user.clone(),
         exit: rx,
+        setup: setup_rx,
     })
 }
 
@@ -286,6 +346,17 @@ impl RunningContainer {
         }
     }
 
+    /// Waits (up to `timeout`) until the container's mount namespace and root are set up and
+    /// its program is being exec'd; `false` on timeout. [`Self::exec_in`] does this itself;
+    /// call it before [`Self::exec_spawn`].
+    pub async fn wait_setup(&self, timeout: Duration) -> bool {
+        let mut rx = self.setup.clone();
+        // A closed channel (the waiter thread is gone) means the process is gone too.
+        tokio::time::timeout(timeout, rx.wait_for(|done| *done))
+            .await
+            .is_ok()
+    }
+
     /// Sends `sig` (SIGTERM, SIGKILL, SIGSTOP, SIGCONT, ...) to the main process.
     pub fn signal(&self, sig: Signal) -> Result<()> {
         if self.try_status().is_some() {
@@ -307,6 +378,9 @@ impl RunningContainer {
         env: &[(String, String)],
         timeout: Duration,
     ) -> Result<ExecResult> {
+        if !self.wait_setup(timeout).await {
+            return Err(RuntimeError::ExecTimeout(timeout));
+        }
         let mut cmd = self.exec_command(argv, env)?;
         let (reader, writer) =
             std::io::pipe().map_err(|e| RuntimeError::io("create pipe for", &self.state_dir, e))?;
@@ -387,10 +461,16 @@ impl RunningContainer {
         if self.try_status().is_some() {
             return Err(RuntimeError::Exited(self.pid));
         }
+        if !*self.setup.borrow() {
+            return Err(RuntimeError::invalid(
+                "exec target",
+                format!("container {} is still being set up", self.id),
+            ));
+        }
         let mut cmd = tokio::process::Command::new("nsenter");
         cmd.arg(format!("--target={}", self.pid))
             .args(["--net", "--mount", "--uts", "--root", "--wd", "--"])
-            .args(env_argv(env, None, argv))
+            .args(env_argv(env, None, argv, self.user.as_ref()))
             .env_clear()
             .env("PATH", BASE_PATH)
             .kill_on_drop(true);
@@ -413,9 +493,16 @@ fn drain(mut reader: std::io::PipeReader, sink: &Mutex<Vec<u8>>) {
     }
 }
 
-/// `/usr/bin/env -i [-C dir] K=V... argv...`, with a default `PATH` if `env` has none.
-fn env_argv(env: &[(String, String)], wd: Option<&Path>, argv: &[String]) -> Vec<String> {
-    let mut out = vec!["/usr/bin/env".to_string(), "-i".to_string()];
+/// `[setpriv ... --] /usr/bin/env -i [-C dir] K=V... argv...`, with a default `PATH` if `env`
+/// has none.
+fn env_argv(
+    env: &[(String, String)],
+    wd: Option<&Path>,
+    argv: &[String],
+    user: Option<&ProcessUser>,
+) -> Vec<String> {
+    let mut out = user.map(ProcessUser::setpriv_argv).unwrap_or_default();
+    out.extend(["/usr/bin/env".to_string(), "-i".to_string()]);
     if let Some(wd) = wd {
         out.push(format!("--chdir={}", wd.display()));
     }
@@ -657,11 +744,17 @@ fn start_script(spec: &ContainerSpec, root: &Path) -> Result<String> {
     if let Some(wd) = &spec.working_dir {
         inner.push_str(&format!("mkdir -p {} || fail 'working dir'\n", q(wd)));
     }
-    let exec: Vec<String> = env_argv(&spec.env, spec.working_dir.as_deref(), &spec.argv)
-        .iter()
-        .map(|a| shell_quote(a))
-        .collect();
-    inner.push_str(&format!("exec {}\n", exec.join(" ")));
+    let exec: Vec<String> = env_argv(
+        &spec.env,
+        spec.working_dir.as_deref(),
+        &spec.argv,
+        spec.user.as_ref(),
+    )
+    .iter()
+    .map(|a| shell_quote(a))
+    .collect();
+    // Setup done: closing the setup pipe (stdin) tells the kubelet (see `spawn`).
+    inner.push_str(&format!("exec {} </dev/null\n", exec.join(" ")));
     outer.push_str(&format!(
         "exec chroot {r} /bin/sh -c {}\n",
         shell_quote(&inner)

@@ -25,6 +25,7 @@
 //!     cmd: ["--help"]
 //!     workingDir: /work          # optional
 //!     env: { TOOL_MODE: demo }   # optional
+//!     user: 65532                # optional: the image's numeric USER (for runAsNonRoot)
 //! ```
 
 use std::collections::BTreeMap;
@@ -77,6 +78,11 @@ pub struct ImageEntry {
     /// The image's `ENV` (besides `PATH`).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The image's `USER` as a numeric uid (the built-in entries: 0, as their images). `None`:
+    /// not known to localkube; such a container runs as root unless `runAsUser` says
+    /// otherwise, and `runAsNonRoot` cannot be checked against it (it is let through).
+    #[serde(default)]
+    pub user: Option<u32>,
 }
 
 /// What an image reference resolved to.
@@ -96,6 +102,8 @@ pub struct ResolvedImage {
     pub working_dir: Option<PathBuf>,
     /// The image's environment, `PATH` first (`bin_dir:` + [`BASE_PATH`]).
     pub env: Vec<(String, String)>,
+    /// The image's numeric `USER`, if known ([`ImageEntry::user`]).
+    pub user: Option<u32>,
 }
 
 impl ResolvedImage {
@@ -193,6 +201,7 @@ impl ImageTable {
             cmd: vec!["valkey-server".to_string()],
             working_dir: Some(PathBuf::from("/data")),
             env: BTreeMap::new(),
+            user: Some(0),
         };
         vec![
             valkey(
@@ -220,6 +229,9 @@ impl ImageTable {
                 cmd: vec![],
                 working_dir: None,
                 env: BTreeMap::new(),
+                // The real image runs as 59000, but the binary lives in the (root-only)
+                // binary cache: run it as root unless the pod says otherwise.
+                user: None,
             },
             ImageEntry {
                 name: "busybox".to_string(),
@@ -230,6 +242,7 @@ impl ImageTable {
                 cmd: vec!["sh".to_string()],
                 working_dir: None,
                 env: BTreeMap::new(),
+                user: Some(0),
             },
         ]
     }
@@ -352,6 +365,7 @@ impl ImageTable {
             cmd: entry.cmd.clone(),
             working_dir: entry.working_dir.clone(),
             env,
+            user: entry.user,
         })
     }
 }
@@ -425,6 +439,7 @@ mod tests {
             cmd: vec!["c1".into()],
             working_dir: None,
             env: vec![],
+            user: None,
         };
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert_eq!(img.argv(&[], &[]), s(&["ep", "c1"]));

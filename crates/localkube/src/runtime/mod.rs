@@ -42,7 +42,8 @@ pub mod pidfile;
 
 pub use cleanup::{CleanupReport, cleanup_leftovers, kill_netns_processes};
 pub use container::{
-    ContainerSpec, ExecResult, ExitStatus, Mount, RunningContainer, SETUP_FAILED_EXIT_CODE, spawn,
+    ContainerSpec, ExecResult, ExitStatus, Mount, ProcessUser, RunningContainer,
+    SETUP_FAILED_EXIT_CODE, spawn,
 };
 pub use error::{Result, RuntimeError};
 pub use images::{BASE_PATH, ImageEntry, ImageError, ImageTable, ResolvedImage, default_bin_cache};
