@@ -4,15 +4,18 @@
 //! disruption, the longest time any tag went without a successful write (write gap) and
 //! without a replica-acknowledged one (durable gap), lost writes, and the time to Ready.
 //!
-//! - `floor`: a coordinated `CLUSTER FAILOVER` issued by hand on shard 0's replica, no pod
-//!   touched (the least a primary change costs a client);
+//! - `floor`: a coordinated `CLUSTER FAILOVER` issued by hand on each shard's replica in turn
+//!   (as many primary changes as a roll makes, 3 s apart), no pod touched: the least a
+//!   primary change costs a client; `floor1` does it on shard 0 only (as a pod delete);
 //! - `roll`: a rolling update of every pod (a pod-template change);
 //! - `delete`: a graceful delete of shard 0's primary pod;
-//! - `kill`: `SIGKILL` of shard 0's primary server process.
+//! - `kill`: `SIGKILL` of shard 0's primary server process;
+//! - `node`: the localkube node of shard 0's primary stops as if it crashed (every process on
+//!   it killed, heartbeats stop) and starts again once every slot is writable.
 //!
 //! ```sh
 //! cargo run --release -p e2e --example bench_failover -- [--image valkey/valkey:9.1.0] [--tags 12] \
-//!     [--rounds 1] [--phases floor,roll,delete,kill]
+//!     [--rounds 1] [--phases floor,floor1,roll,delete,kill,node]
 //! ```
 
 #[path = "../tests/support/mod.rs"]
@@ -41,7 +44,7 @@ fn args() -> anyhow::Result<Args> {
         image: "valkey/valkey:9.1.0".into(),
         tags: 12,
         rounds: 1,
-        phases: ["floor", "roll", "delete", "kill"]
+        phases: ["floor", "floor1", "roll", "delete", "kill", "node"]
             .map(String::from)
             .to_vec(),
     };
@@ -64,12 +67,17 @@ const PW: &str = "bench-app-pw";
 
 /// Shard 0's primary pod and its replica's IP, in the live topology.
 async fn shard0(client: &Client) -> anyhow::Result<(String, String)> {
-    let pods = shard_roles(client, NAME, 0, PW).await?;
+    shard_pair(client, 0).await
+}
+
+/// A shard's primary pod and its replica's IP.
+async fn shard_pair(client: &Client, shard: i32) -> anyhow::Result<(String, String)> {
+    let pods = shard_roles(client, NAME, shard, PW).await?;
     let primary = pods.iter().find(|(_, _, r)| r == "master");
     let replica = pods.iter().find(|(_, _, r)| r != "master");
     let ((p, _, _), (_, rip, _)) = primary
         .zip(replica)
-        .context("shard 0 primary and replica")?;
+        .with_context(|| format!("shard {shard} primary and replica"))?;
     Ok((p.clone(), rip.clone()))
 }
 
@@ -137,32 +145,48 @@ where
     Ok(())
 }
 
+/// The cluster's shards (3×1).
+const SHARDS: i32 = 3;
+
+/// `CLUSTER FAILOVER` on `shard`'s replica, waited for until the replica says it is primary.
+async fn hand_failover(client: &Client, op_pw: &str, shard: i32) -> anyhow::Result<()> {
+    let (_, replica_ip) = shard_pair(client, shard).await?;
+    let mut c = node_conn(&replica_ip, "_operator", op_pw).await?;
+    let () = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query_async(&mut c)
+        .await?;
+    let started = Instant::now();
+    while live_role(&replica_ip, "app", PW).await? != "master" {
+        ensure!(
+            started.elapsed() < Duration::from_secs(10),
+            "failover of shard {shard} not done"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
 async fn bench(fx: &Fixture, a: &Args) -> anyhow::Result<()> {
     let client = &fx.client;
     create_user_secret(client, &format!("{NAME}-app"), PW).await?;
-    create_cluster_with(client, NAME, 3, 1, serde_json::json!({"image": a.image})).await?;
-    wait_ready(client, NAME, 3, Duration::from_secs(600)).await?;
+    create_cluster_with(client, NAME, SHARDS, 1, serde_json::json!({"image": a.image})).await?;
+    wait_ready(client, NAME, SHARDS, Duration::from_secs(600)).await?;
     let op_pw = system_operator_password(client, NAME).await?;
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
     for round in 0..a.rounds {
-        measure(client, a, "floor", || async {
-            let (_, replica_ip) = shard0(client).await?;
-            let mut c = node_conn(&replica_ip, "_operator", &op_pw).await?;
-            let () = redis::cmd("CLUSTER")
-                .arg("FAILOVER")
-                .query_async(&mut c)
-                .await?;
-            let started = Instant::now();
-            while live_role(&replica_ip, "app", PW).await? != "master" {
-                ensure!(
-                    started.elapsed() < Duration::from_secs(10),
-                    "failover not done"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Ok(())
-        })
-        .await?;
+        for (phase, shards) in [("floor", 0..SHARDS), ("floor1", 0..1)] {
+            measure(client, a, phase, || async {
+                for shard in shards {
+                    hand_failover(client, &op_pw, shard).await?;
+                    if shard + 1 < SHARDS && phase == "floor" {
+                        tokio::time::sleep(Duration::from_secs(3)).await;
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+        }
         measure(client, a, "roll", || async {
             let patch = serde_json::json!({"spec": {"resources": {"requests": {"cpu": format!("{}m", 10 + round)}}}});
             api.patch(NAME, &PatchParams::default(), &Patch::Merge(&patch)).await?;
@@ -187,6 +211,21 @@ async fn bench(fx: &Fixture, a: &Args) -> anyhow::Result<()> {
             let (primary, _) = shard0(client).await?;
             fx.faults()?.kill_container(NS, &primary, "server")?;
             fresh_client_writable(client, "kill").await
+        })
+        .await?;
+        measure(client, a, "node", || async {
+            let (primary, _) = shard0(client).await?;
+            let node = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS)
+                .get(&primary)
+                .await?
+                .spec
+                .and_then(|s| s.node_name)
+                .context("primary pod's node")?;
+            let faults = fx.faults()?;
+            faults.stop_node(&node).await?;
+            let writable = fresh_client_writable(client, "node").await;
+            faults.start_node(&node).await?;
+            writable
         })
         .await?;
     }
