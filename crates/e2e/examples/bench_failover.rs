@@ -170,7 +170,14 @@ async fn hand_failover(client: &Client, op_pw: &str, shard: i32) -> anyhow::Resu
 async fn bench(fx: &Fixture, a: &Args) -> anyhow::Result<()> {
     let client = &fx.client;
     create_user_secret(client, &format!("{NAME}-app"), PW).await?;
-    create_cluster_with(client, NAME, SHARDS, 1, serde_json::json!({"image": a.image})).await?;
+    create_cluster_with(
+        client,
+        NAME,
+        SHARDS,
+        1,
+        serde_json::json!({"image": a.image}),
+    )
+    .await?;
     wait_ready(client, NAME, SHARDS, Duration::from_secs(600)).await?;
     let op_pw = system_operator_password(client, NAME).await?;
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
