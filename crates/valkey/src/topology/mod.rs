@@ -143,7 +143,15 @@ impl Topology {
     /// The most caught-up synced replica of `primary` (highest offset, ties to the lowest
     /// index): the target of a coordinated failover.
     pub fn best_synced_replica<'a>(&'a self, primary: &'a Member) -> Option<&'a Member> {
-        self.synced_replicas(primary)
+        self.best_replica_of(primary.shard, primary.id()?)
+    }
+
+    /// The most caught-up member of `shard` replicating node `primary_id` with its link up
+    /// (highest offset, ties to the lowest index); the primary need not be a member (its pod
+    /// may be gone or terminating).
+    pub fn best_replica_of(&self, shard: i32, primary_id: &str) -> Option<&Member> {
+        self.shard(shard)
+            .filter(|m| m.is_synced_replica_of(primary_id))
             .max_by_key(|m| (m.offset(), -m.index))
     }
 

@@ -13,45 +13,43 @@
 //! topology): a replica whose primary holds a terminating pod's IP, owns slots and is not
 //! flagged failing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use valkey_ops::{Layout, Member, Topology};
+use valkey_ops::Topology;
 
 use super::Step;
 
 /// The hand-over step for the first shard (in shard order) whose primary's pod is
-/// terminating, or `None`. `terminating`: IP → name of each of the cluster's pods that is
-/// being deleted and still runs.
+/// terminating and has a synced replica, or `None`. `topology`: the members inside the layout;
+/// `terminating`: IP → name of each of the cluster's pods that is being deleted and still runs.
 pub fn terminating_primary(
-    layout: Layout,
     topology: &Topology,
     terminating: &BTreeMap<IpAddr, String>,
 ) -> Option<Step> {
     if terminating.is_empty() {
         return None;
     }
-    let mut candidates: Vec<(&Member, &str, &String)> = topology
+    // (shard, primary id, pod) of each terminating primary some replica follows.
+    let primaries: BTreeSet<(i32, &str, &String)> = topology
         .members()
         .iter()
-        .filter(|r| layout.contains(r.shard, r.index))
         .filter_map(|r| {
             let view = r.view.as_ref()?;
             let me = view.me()?;
             let pid = me.primary_id.as_deref().filter(|_| me.is_replica())?;
             let primary = view.nodes.get(pid)?;
             let (_, pod) = terminating.iter().find(|(ip, _)| primary.has_ip(**ip))?;
-            (primary.owns_slots() && !primary.flags.failing() && r.is_synced_replica_of(pid))
-                .then_some((r, pid, pod))
+            (primary.owns_slots() && !primary.flags.failing()).then_some((r.shard, pid, pod))
         })
         .collect();
-    // Per primary the most caught-up replica (ties to the lowest index); the lowest shard first.
-    candidates.sort_by_key(|(r, pid, _)| (r.shard, *pid, std::cmp::Reverse(r.offset()), r.index));
-    let (replica, _, pod) = candidates.first()?;
-    Some(Step::HandOver {
-        replica: replica.addr,
-        shard: replica.shard,
-        primary: format!("pod {pod}"),
+    primaries.into_iter().find_map(|(shard, pid, pod)| {
+        let replica = topology.best_replica_of(shard, pid)?;
+        Some(Step::HandOver {
+            replica: replica.addr,
+            shard,
+            primary: format!("pod {pod}"),
+        })
     })
 }
 
@@ -78,7 +76,7 @@ mod tests {
     fn a_terminating_primary_hands_over_to_its_synced_replica() {
         let t = without(&world(&formed31(), &[1, 2, 3, 4, 5, 6]), 3);
         assert_eq!(
-            terminating_primary(D31, &t, &terminating(3)),
+            terminating_primary(&t, &terminating(3)),
             Some(Step::HandOver {
                 replica: addr(4),
                 shard: 1,
@@ -88,7 +86,7 @@ mod tests {
         // After a failover moved shard 0's primary to index 1: that node's pod.
         let t = without(&world(&failed_over31(), &[1, 2, 3, 4, 5, 6]), 2);
         assert_eq!(
-            terminating_primary(D31, &t, &terminating(2)),
+            terminating_primary(&t, &terminating(2)),
             Some(Step::HandOver {
                 replica: addr(1),
                 shard: 0,
@@ -101,12 +99,7 @@ mod tests {
     fn the_most_caught_up_replica_wins() {
         // 2 × 2: node 1's replicas are 2 (offset 20) and 3 (offset 30).
         let t = without(&world(&formed22(), &[1, 2, 3, 4, 5, 6]), 1);
-        let layout = Layout {
-            shards: 2,
-            replicas: 2,
-        };
-        let Some(Step::HandOver { replica, .. }) = terminating_primary(layout, &t, &terminating(1))
-        else {
+        let Some(Step::HandOver { replica, .. }) = terminating_primary(&t, &terminating(1)) else {
             panic!("no hand-over");
         };
         assert_eq!(replica, addr(3));
@@ -116,10 +109,10 @@ mod tests {
     fn nothing_to_hand_over() {
         let t = world(&formed31(), &[1, 2, 3, 4, 5, 6]);
         // No pod terminating; a terminating replica; a terminating primary without slots.
-        assert_eq!(terminating_primary(D31, &t, &BTreeMap::new()), None);
-        assert_eq!(terminating_primary(D31, &t, &terminating(2)), None);
+        assert_eq!(terminating_primary(&t, &BTreeMap::new()), None);
+        assert_eq!(terminating_primary(&t, &terminating(2)), None);
         let t = world(&fresh31(), &[1, 2, 3, 4, 5, 6]);
-        assert_eq!(terminating_primary(D31, &t, &terminating(1)), None);
+        assert_eq!(terminating_primary(&t, &terminating(1)), None);
     }
 
     #[test]
@@ -130,13 +123,13 @@ mod tests {
         let r = m.iter_mut().find(|m| m.addr == addr(2)).unwrap();
         r.view.as_mut().unwrap().sync_in_progress = true;
         assert_eq!(
-            terminating_primary(D31, &Topology::new(m), &terminating(1)),
+            terminating_primary(&Topology::new(m), &terminating(1)),
             None
         );
         // The primary already flagged failing: Valkey's election or the failover rule decides.
         let mut nodes = formed31();
         nodes[0].fail = true;
         let t = world(&nodes, &[1, 2, 3, 4, 5, 6]);
-        assert_eq!(terminating_primary(D31, &t, &terminating(1)), None);
+        assert_eq!(terminating_primary(&t, &terminating(1)), None);
     }
 }

@@ -228,7 +228,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
         .find_map(|w| w.stuck_message(input.timing));
     let step = failover
         .step
-        .or_else(|| handover::terminating_primary(input.layout, &within, input.terminating))
+        .or_else(|| handover::terminating_primary(&within, input.terminating))
         .or_else(|| topology::topology_step(input.layout, &within, Some(input.pod_ips)))
         .or_else(|| removal::surplus(input.layout, input.topology, input.nodes))
         .or_else(|| rebalance::open_slots_step(input.layout, input.topology))

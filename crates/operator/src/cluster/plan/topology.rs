@@ -120,14 +120,13 @@ pub(super) fn topology_step(
     //    its process is gone, and no pod can come back with its identity (each position serves
     //    another one). Forgetting it at once keeps it out of `CLUSTER SLOTS`, where clients
     //    refreshing their slot map would wait for a connection to its dead address.
-    let positions: BTreeSet<(i32, i32)> = topology
-        .members()
-        .iter()
-        .filter(|m| m.view.is_some() && layout.contains(m.shard, m.index))
-        .map(|m| (m.shard, m.index))
-        .collect();
-    let all_positions_up = i64::try_from(positions.len())
-        .is_ok_and(|n| n == i64::from(layout.shards) * i64::from(layout.replicas + 1));
+    let all_positions_up = (0..layout.shards).all(|shard| {
+        (0..=layout.replicas).all(|index| {
+            topology
+                .shard(shard)
+                .any(|m| m.index == index && m.view.is_some())
+        })
+    });
     let replaced = |ip: &str| {
         all_positions_up
             && ip
