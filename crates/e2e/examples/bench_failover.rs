@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use support::tagwriter::TagWriter;
+use support::tagwriter::{self, TagWriter};
 use support::*;
 use valkey_api::ValkeyCluster;
 use valkey_api::status::ClusterState;
@@ -140,6 +140,26 @@ where
         s.lost,
         took.as_secs_f64(),
         s.gap_cause
+    );
+    // Each event: seconds after the disruption started (negative: before it) and its
+    // longest stall in ms; the floor's events are its primary changes.
+    let events: Vec<String> = s
+        .events
+        .iter()
+        .map(|(start, len)| {
+            let at = if *start >= t0 {
+                start.duration_since(t0).as_secs_f64()
+            } else {
+                -t0.duration_since(*start).as_secs_f64()
+            };
+            format!("{at:+.1}s:{}ms", len.as_millis())
+        })
+        .collect();
+    println!(
+        "MEASURE bench_failover {what}: {} stall events ≥ {}ms [{}]",
+        events.len(),
+        tagwriter::EPISODE.as_millis(),
+        events.join(" ")
     );
     ensure!(s.lost == 0, "{what}: {} acknowledged writes lost", s.lost);
     Ok(())

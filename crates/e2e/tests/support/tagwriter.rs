@@ -11,6 +11,11 @@
 //!   no replica in sync therefore does not count as unavailability.
 //!
 //! A slow shard does not inflate the gaps of the others.
+//!
+//! Every probe stall of at least [`EPISODE`] is kept with its start, and stalls of all tags
+//! that start within [`EVENT_WINDOW`] of each other form one *event* (one primary change, or a
+//! scheduling hiccup): the per-event gaps, not only the longest, compare a disruption with the
+//! floor.
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +25,12 @@ use redis::cluster_async::ClusterConnection;
 use tokio::sync::watch;
 
 use super::writer_client;
+
+/// The shortest probe stall kept as an episode (a `SET` on localkube takes well under 1 ms).
+pub const EPISODE: Duration = Duration::from_millis(5);
+
+/// Episodes of all tags starting within this window of an event's first one belong to it.
+pub const EVENT_WINDOW: Duration = Duration::from_millis(1000);
 
 /// What one tag's workers saw.
 #[derive(Clone, Debug, Default)]
@@ -33,6 +44,8 @@ pub struct TagReport {
     pub durable_gap: Duration,
     /// The last error before the longest write gap ended.
     pub gap_cause: String,
+    /// The probe's stalls of at least [`EPISODE`]: start and length.
+    pub episodes: Vec<(Instant, Duration)>,
 }
 
 /// The writers' summary.
@@ -48,6 +61,24 @@ pub struct TagSummary {
     pub lost: usize,
     /// The tag and cause of the longest write gap.
     pub gap_cause: String,
+    /// Per event (stalls of all tags grouped by start, see [`EVENT_WINDOW`]): its start and
+    /// its longest stall.
+    pub events: Vec<(Instant, Duration)>,
+}
+
+/// Groups the episodes of all tags into events: (start, longest stall), in order.
+pub fn events(mut episodes: Vec<(Instant, Duration)>) -> Vec<(Instant, Duration)> {
+    episodes.sort();
+    let mut out: Vec<(Instant, Duration)> = Vec::new();
+    for (start, len) in episodes {
+        match out.last_mut() {
+            Some((first, longest)) if start.duration_since(*first) < EVENT_WINDOW => {
+                *longest = (*longest).max(len);
+            }
+            _ => out.push((start, len)),
+        }
+    }
+    out
 }
 
 fn trace(tag: usize, what: &str, e: &redis::RedisError, since: Instant) {
@@ -109,8 +140,9 @@ async fn probe_worker(
     rx: watch::Receiver<bool>,
     prefix: String,
     tag: usize,
-) -> (Duration, String) {
+) -> ProbeReport {
     let (mut gap, mut gap_cause, mut cause) = (Duration::ZERO, String::new(), String::new());
+    let mut episodes = Vec::new();
     // Issue time of the first attempt of the current run without success.
     let mut trying_since: Option<Instant> = None;
     let probe_key = format!("{{{prefix}{tag}}}:probe");
@@ -133,8 +165,12 @@ async fn probe_worker(
                         since.elapsed().as_secs_f64()
                     );
                 }
-                if since.elapsed() > gap {
-                    gap = since.elapsed();
+                let took = since.elapsed();
+                if took >= EPISODE {
+                    episodes.push((since, took));
+                }
+                if took > gap {
+                    gap = took;
                     gap_cause = std::mem::take(&mut cause);
                 }
                 trying_since = None;
@@ -152,14 +188,18 @@ async fn probe_worker(
     {
         gap = since.elapsed();
         gap_cause = cause;
+        episodes.push((since, gap));
     }
-    (gap, gap_cause)
+    (gap, gap_cause, episodes)
 }
 
-/// A tag's durable worker (its report and connection) and probe worker (write gap, cause).
+/// A probe worker's write gap, the error before it, and its episodes.
+type ProbeReport = (Duration, String, Vec<(Instant, Duration)>);
+
+/// A tag's durable worker (its report and connection) and probe worker.
 type TagTasks = (
     tokio::task::JoinHandle<(TagReport, ClusterConnection)>,
-    tokio::task::JoinHandle<(Duration, String)>,
+    tokio::task::JoinHandle<ProbeReport>,
 );
 
 /// The running workers.
@@ -213,11 +253,13 @@ impl TagWriter {
     pub async fn stop_and_check(mut self) -> anyhow::Result<TagSummary> {
         let _ = self.stop.send(true);
         let mut out = TagSummary::default();
+        let mut episodes = Vec::new();
         for (tag, (durable, probe)) in std::mem::take(&mut self.tasks).into_iter().enumerate() {
             // Read back on the worker's own connection (in use until now, so it knows the
             // current topology).
             let (mut r, mut conn) = durable.await?;
-            (r.write_gap, r.gap_cause) = probe.await?;
+            (r.write_gap, r.gap_cause, r.episodes) = probe.await?;
+            episodes.append(&mut r.episodes);
             if r.write_gap > out.write_gap {
                 out.write_gap = r.write_gap;
                 out.gap_cause = format!("tag {tag}: {}", r.gap_cause);
@@ -234,7 +276,28 @@ impl TagWriter {
                 }
             }
         }
+        out.events = events(episodes);
         ensure!(out.acked > 0, "no write was acknowledged");
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn episodes_of_all_tags_group_into_events() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // Two tags stalled by one primary change, a hiccup 3 s later, out of order.
+        let got = events(vec![
+            (t0 + ms(3000), ms(6)),
+            (t0 + ms(10), ms(20)),
+            (t0, ms(30)),
+            (t0 + ms(900), ms(8)),
+        ]);
+        assert_eq!(got, vec![(t0, ms(30)), (t0 + ms(3000), ms(6))]);
+        assert!(events(Vec::new()).is_empty());
     }
 }
