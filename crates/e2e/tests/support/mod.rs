@@ -472,7 +472,20 @@ async fn writer_client(
     name: &str,
     pw: &str,
 ) -> anyhow::Result<redis::cluster_async::ClusterConnection> {
-    let cc = cluster_client_builder(client, name, pw)
+    Ok(writer_cluster_client(client, name, pw)
+        .await?
+        .get_async_connection()
+        .await?)
+}
+
+/// The writers' cluster client (seeded with the cluster's pod IPs, short retries, bounded
+/// connection and response timeouts), not connected yet.
+async fn writer_cluster_client(
+    client: &Client,
+    name: &str,
+    pw: &str,
+) -> anyhow::Result<redis::cluster::ClusterClient> {
+    Ok(cluster_client_builder(client, name, pw)
         .await?
         .retries(4)
         .min_retry_wait(20)
@@ -481,8 +494,7 @@ async fn writer_client(
         // (the `WAIT` of a pipeline can take up to its own 500 ms).
         .connection_timeout(Duration::from_millis(1000))
         .response_timeout(Duration::from_millis(1500))
-        .build()?;
-    Ok(cc.get_async_connection().await?)
+        .build()?)
 }
 
 pub async fn write_read(

@@ -10,7 +10,10 @@
 //!   a client without `WAIT` could not write that tag. A `WAIT` that times out while a shard has
 //!   no replica in sync therefore does not count as unavailability.
 //!
-//! A slow shard does not inflate the gaps of the others.
+//! A slow shard does not inflate the gaps of the others. The workers and their connections
+//! run on the writer's own runtime (own threads), as a client in its own process would: work
+//! of the in-process operator or localkube's kubelets on the caller's runtime does not delay
+//! them.
 //!
 //! Every probe stall of at least [`EPISODE`] is kept with its start, and stalls of all tags
 //! that start within [`EVENT_WINDOW`] of each other form one *event* (one primary change, or a
@@ -24,7 +27,7 @@ use kube::Client;
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::watch;
 
-use super::writer_client;
+use super::writer_cluster_client;
 
 /// The shortest probe stall kept as an episode (a `SET` on localkube takes well under 1 ms).
 pub const EPISODE: Duration = Duration::from_millis(5);
@@ -207,6 +210,17 @@ pub struct TagWriter {
     stop: watch::Sender<bool>,
     tasks: Vec<TagTasks>,
     prefix: String,
+    /// The workers' runtime (its threads drive their connections).
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for TagWriter {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks, which an async caller must not do.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// The key of worker `tag`'s write `i`.
@@ -227,25 +241,36 @@ impl TagWriter {
         replicas: i64,
     ) -> anyhow::Result<Self> {
         let (stop, rx) = watch::channel(false);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tagwriter")
+            .enable_all()
+            .build()?;
         let mut tasks = Vec::with_capacity(tags);
         for tag in 0..tags {
-            let durable = writer_client(client, name, pw).await?;
-            let probe = writer_client(client, name, pw).await?;
+            let cc = writer_cluster_client(client, name, pw).await?;
+            // Connected on the writer's runtime, so their drivers run there.
+            let connect = |cc: redis::cluster::ClusterClient| {
+                rt.spawn(async move { cc.get_async_connection().await })
+            };
+            let durable = connect(cc.clone()).await??;
+            let probe = connect(cc).await??;
             tasks.push((
-                tokio::spawn(durable_worker(
+                rt.spawn(durable_worker(
                     durable,
                     rx.clone(),
                     prefix.to_owned(),
                     tag,
                     replicas,
                 )),
-                tokio::spawn(probe_worker(probe, rx.clone(), prefix.to_owned(), tag)),
+                rt.spawn(probe_worker(probe, rx.clone(), prefix.to_owned(), tag)),
             ));
         }
         Ok(Self {
             stop,
             tasks,
             prefix: prefix.to_owned(),
+            rt: Some(rt),
         })
     }
 
