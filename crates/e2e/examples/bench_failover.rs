@@ -11,11 +11,17 @@
 //! - `delete`: a graceful delete of shard 0's primary pod;
 //! - `kill`: `SIGKILL` of shard 0's primary server process;
 //! - `node`: the localkube node of shard 0's primary stops as if it crashed (every process on
-//!   it killed, heartbeats stop) and starts again once every slot is writable.
+//!   it killed, heartbeats stop) and starts again once every slot is writable;
+//! - `churn`: no Valkey node touched: an unrelated `busybox` pod is started and deleted three
+//!   times, the pod work a roll or a delete brings (kubelet, network namespace, API), to show
+//!   what that alone costs the writer on this machine.
+//!
+//! Each phase also prints its *stall events*: probe stalls of at least 5 ms, grouped across
+//! tags, with their start relative to the disruption; a primary change is one event.
 //!
 //! ```sh
 //! cargo run --release -p e2e --example bench_failover -- [--image valkey/valkey:9.1.0] [--tags 12] \
-//!     [--rounds 1] [--phases floor,floor1,roll,delete,kill,node]
+//!     [--rounds 1] [--phases floor,floor1,churn,roll,delete,kill,node]
 //! ```
 
 #[path = "../tests/support/mod.rs"]
@@ -44,7 +50,7 @@ fn args() -> anyhow::Result<Args> {
         image: "valkey/valkey:9.1.0".into(),
         tags: 12,
         rounds: 1,
-        phases: ["floor", "floor1", "roll", "delete", "kill", "node"]
+        phases: ["floor", "floor1", "churn", "roll", "delete", "kill", "node"]
             .map(String::from)
             .to_vec(),
     };
@@ -126,7 +132,7 @@ where
     ready(client, Instant::now()).await?;
     let w = TagWriter::start(client, NAME, PW, what, a.tags, 1).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let t0 = Instant::now();
+    let (t0, t0_unix) = (Instant::now(), std::time::SystemTime::now());
     disrupt().await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let took = ready(client, t0).await?;
@@ -156,9 +162,10 @@ where
         })
         .collect();
     println!(
-        "MEASURE bench_failover {what}: {} stall events ≥ {}ms [{}]",
+        "MEASURE bench_failover {what}: {} stall events ≥ {}ms after unix {:.3} [{}]",
         events.len(),
         tagwriter::EPISODE.as_millis(),
+        t0_unix.duration_since(std::time::UNIX_EPOCH)?.as_secs_f64(),
         events.join(" ")
     );
     ensure!(s.lost == 0, "{what}: {} acknowledged writes lost", s.lost);
@@ -183,6 +190,50 @@ async fn hand_failover(client: &Client, op_pw: &str, shard: i32) -> anyhow::Resu
             "failover of shard {shard} not done"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Starts an unrelated `busybox` pod, waits until it runs, deletes it and waits until it is
+/// gone; three times, 3 s apart.
+async fn pod_churn(client: &Client, round: usize) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    for i in 0..3 {
+        let name = format!("churn-{round}-{i}");
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}],
+            },
+        }))?;
+        pods.create(&Default::default(), &pod).await?;
+        let started = Instant::now();
+        while pods
+            .get(&name)
+            .await?
+            .status
+            .and_then(|s| s.phase)
+            .as_deref()
+            != Some("Running")
+        {
+            ensure!(
+                started.elapsed() < Duration::from_secs(60),
+                "{name} not running"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        pods.delete(&name, &DeleteParams::default()).await?;
+        while pods.get_opt(&name).await?.is_some() {
+            ensure!(
+                started.elapsed() < Duration::from_secs(120),
+                "{name} not gone"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
     }
     Ok(())
 }
@@ -214,6 +265,7 @@ async fn bench(fx: &Fixture, a: &Args) -> anyhow::Result<()> {
             })
             .await?;
         }
+        measure(client, a, "churn", || pod_churn(client, round)).await?;
         measure(client, a, "roll", || async {
             let patch = serde_json::json!({"spec": {"resources": {"requests": {"cpu": format!("{}m", 10 + round)}}}});
             api.patch(NAME, &PatchParams::default(), &Patch::Merge(&patch)).await?;
