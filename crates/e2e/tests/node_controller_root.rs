@@ -17,7 +17,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure};
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use support::scrape;
@@ -117,6 +118,51 @@ async fn node_controller_on_localkube() -> anyhow::Result<()> {
     result
 }
 
+/// The resource versions of a ValkeyNode's inputs: its pod, StatefulSet and claim.
+async fn input_versions(client: &Client, node: &ValkeyNode) -> anyhow::Result<Vec<Option<String>>> {
+    let name = node.name_any();
+    let pod = node.status.as_ref().and_then(|s| s.pod_name.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    Ok(vec![
+        match pod {
+            Some(p) => pods.get_opt(&p).await?.and_then(|p| p.resource_version()),
+            None => None,
+        },
+        sts.get_opt(&render::names::workload_name(&name))
+            .await?
+            .and_then(|s| s.resource_version()),
+        pvcs.get_opt(&render::names::pvc_name(&name))
+            .await?
+            .and_then(|c| c.resource_version()),
+    ])
+}
+
+/// Fails if the ValkeyNode `name` is written within 10 s although none of its inputs changed.
+async fn idle_without_writes(client: &Client, name: &str) -> anyhow::Result<()> {
+    let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), NS);
+    for _ in 0..3 {
+        let before = nodes.get(name).await?;
+        let inputs = input_versions(client, &before).await?;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let after = nodes.get(name).await?;
+        if after.resource_version() == before.resource_version() {
+            return Ok(());
+        }
+        ensure!(
+            input_versions(client, &after).await? != inputs,
+            "idle node was written with no input changed: before {:?} {:?}, after {:?} {:?}",
+            before.status,
+            before.metadata.managed_fields,
+            after.status,
+            after.metadata.managed_fields
+        );
+        eprintln!("an input of {name} changed, and it was written: waiting again");
+    }
+    bail!("the inputs of {name} kept changing for 30 s")
+}
+
 async fn scenario(client: &Client) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(valkey_operator::node::run(
@@ -165,13 +211,10 @@ async fn scenario(client: &Client) -> anyhow::Result<()> {
     let claim = pvcs.get(&render::names::pvc_name(&a.name_any())).await?;
     ensure!(claim.status.and_then(|s| s.phase).as_deref() == Some("Bound"));
 
-    // Idle: no writes to the ready node for a while.
-    let rv = nodes.get(&a.name_any()).await?.resource_version();
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    ensure!(
-        nodes.get(&a.name_any()).await?.resource_version() == rv,
-        "idle node was written"
-    );
+    // Idle: no write to the ready node for 10 s while none of its inputs (pod, StatefulSet,
+    // claim) changes. A change of an input (a readiness probe failing once on a loaded
+    // machine) may rightly be reported; the window then starts again, at most three times.
+    idle_without_writes(client, &a.name_any()).await?;
 
     // The exporter sidecar of the Deployment node reaches its server.
     let ip = b.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
