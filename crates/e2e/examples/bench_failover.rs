@@ -12,6 +12,9 @@
 //! - `kill`: `SIGKILL` of shard 0's primary server process;
 //! - `node`: the localkube node of shard 0's primary stops as if it crashed (every process on
 //!   it killed, heartbeats stop) and starts again once every slot is writable;
+//! - `stale`: every shard's replica pod is deleted and replaced (waited for Ready), then the
+//!   floor's hand failovers run, with the writer's clients started before the replacements:
+//!   a primary change onto a node the client has not connected to yet, as in a roll;
 //! - `churn`: no Valkey node touched: an unrelated `busybox` pod is started and deleted three
 //!   times, the pod work a roll or a delete brings (kubelet, network namespace, API), to show
 //!   what that alone costs the writer on this machine.
@@ -21,7 +24,7 @@
 //!
 //! ```sh
 //! cargo run --release -p e2e --example bench_failover -- [--image valkey/valkey:9.1.0] [--tags 12] \
-//!     [--rounds 1] [--phases floor,floor1,churn,roll,delete,kill,node]
+//!     [--rounds 1] [--phases floor,floor1,stale,churn,roll,delete,kill,node]
 //! ```
 
 #[path = "../tests/support/mod.rs"]
@@ -50,9 +53,11 @@ fn args() -> anyhow::Result<Args> {
         image: "valkey/valkey:9.1.0".into(),
         tags: 12,
         rounds: 1,
-        phases: ["floor", "floor1", "churn", "roll", "delete", "kill", "node"]
-            .map(String::from)
-            .to_vec(),
+        phases: [
+            "floor", "floor1", "stale", "churn", "roll", "delete", "kill", "node",
+        ]
+        .map(String::from)
+        .to_vec(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -265,6 +270,31 @@ async fn bench(fx: &Fixture, a: &Args) -> anyhow::Result<()> {
             })
             .await?;
         }
+        measure(client, a, "stale", || async {
+            let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS);
+            for shard in 0..SHARDS {
+                let replica = shard_roles(client, NAME, shard, PW)
+                    .await?
+                    .into_iter()
+                    .find(|(_, _, r)| r != "master")
+                    .context("a replica")?;
+                pods.delete(&replica.0, &DeleteParams::default()).await?;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                ready(client, Instant::now()).await?;
+            }
+            println!("MEASURE bench_failover stale: hand failovers start now");
+            let t = Instant::now();
+            for shard in 0..SHARDS {
+                hand_failover(client, &op_pw, shard).await?;
+                tokio::time::sleep(Duration::from_secs(3)).await;
+            }
+            println!(
+                "MEASURE bench_failover stale: hand failovers took {:.1}s",
+                t.elapsed().as_secs_f64()
+            );
+            Ok(())
+        })
+        .await?;
         measure(client, a, "churn", || pod_churn(client, round)).await?;
         measure(client, a, "roll", || async {
             let patch = serde_json::json!({"spec": {"resources": {"requests": {"cpu": format!("{}m", 10 + round)}}}});
