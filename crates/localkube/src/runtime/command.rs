@@ -1,6 +1,8 @@
 //! Running host helper programs (`ip`, `umount`, ...) synchronously, with their stderr in errors.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 use super::error::{Result, RuntimeError};
 
@@ -41,6 +43,29 @@ pub(crate) fn ip_quiet<S: AsRef<str>>(args: &[S]) -> bool {
     }
 }
 
+/// `nsenter`'s absolute path, looked up once on this process's `PATH` (its bare name if it
+/// is not there: spawning then fails with a clear error).
+///
+/// Container starts and execs run `nsenter` with an environment of their own (`PATH`
+/// included). The standard library spawns such a command by its bare name with `fork`, which
+/// copies this large, multi-threaded process's page tables and stalls its threads; named by
+/// path it uses `posix_spawn` (`vfork`-like: no copy).
+pub(crate) fn nsenter() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| on_path("nsenter").unwrap_or_else(|| PathBuf::from("nsenter")))
+}
+
+/// The first executable file `name` in a directory of `$PATH`.
+fn on_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
 fn command_line<S: AsRef<str>>(program: &str, args: &[S]) -> String {
     let mut s = program.to_string();
     for a in args {
@@ -68,6 +93,14 @@ pub(crate) fn shell_quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nsenter_is_found_by_absolute_path() {
+        let p = nsenter();
+        assert!(p.is_absolute(), "{}", p.display());
+        assert!(p.ends_with("nsenter"));
+        assert_eq!(on_path("no-such-program-here"), None);
+    }
 
     #[test]
     fn shell_quote_round_trips_through_sh() {

@@ -239,7 +239,7 @@ pub fn spawn(spec: &ContainerSpec) -> Result<RunningContainer> {
     // root (the host's, before the overlay is mounted).
     let (setup_reader, setup_writer) =
         std::io::pipe().map_err(|e| RuntimeError::io("create pipe for", state, e))?;
-    let mut cmd = Command::new("nsenter");
+    let mut cmd = Command::new(super::command::nsenter());
     if let Some(ns) = &spec.netns_path {
         let mut arg = std::ffi::OsString::from("--net=");
         arg.push(ns);
@@ -467,7 +467,7 @@ impl RunningContainer {
                 format!("container {} is still being set up", self.id),
             ));
         }
-        let mut cmd = tokio::process::Command::new("nsenter");
+        let mut cmd = tokio::process::Command::new(super::command::nsenter());
         cmd.arg(format!("--target={}", self.pid))
             .args(["--net", "--mount", "--uts", "--root", "--wd", "--"])
             .args(env_argv(env, None, argv, self.user.as_ref()))
