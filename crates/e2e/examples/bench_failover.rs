@@ -154,24 +154,33 @@ where
     );
     // Each event: seconds after the disruption started (negative: before it) and its
     // longest stall in ms; the floor's events are its primary changes.
-    let events: Vec<String> = s
-        .events
-        .iter()
-        .map(|(start, len)| {
-            let at = if *start >= t0 {
-                start.duration_since(t0).as_secs_f64()
-            } else {
-                -t0.duration_since(*start).as_secs_f64()
-            };
-            format!("{at:+.1}s:{}ms", len.as_millis())
-        })
-        .collect();
+    let show = |events: &[(Instant, Duration)]| -> Vec<String> {
+        events
+            .iter()
+            .map(|(start, len)| {
+                let at = if *start >= t0 {
+                    start.duration_since(t0).as_secs_f64()
+                } else {
+                    -t0.duration_since(*start).as_secs_f64()
+                };
+                format!("{at:+.1}s:{}ms", len.as_millis())
+            })
+            .collect()
+    };
+    let events = show(&s.events);
     println!(
         "MEASURE bench_failover {what}: {} stall events ≥ {}ms after unix {:.3} [{}]",
         events.len(),
         tagwriter::EPISODE.as_millis(),
         t0_unix.duration_since(std::time::UNIX_EPOCH)?.as_secs_f64(),
         events.join(" ")
+    );
+    println!(
+        "MEASURE bench_failover {what}: {} machine stall events [{}]; {} of {} probe stalls overlap one",
+        s.hiccups.len(),
+        show(&s.hiccups).join(" "),
+        s.stalls_on_hiccups.1,
+        s.stalls_on_hiccups.0
     );
     ensure!(s.lost == 0, "{what}: {} acknowledged writes lost", s.lost);
     Ok(())

@@ -67,6 +67,37 @@ pub struct TagSummary {
     /// Per event (stalls of all tags grouped by start, see [`EVENT_WINDOW`]): its start and
     /// its longest stall.
     pub events: Vec<(Instant, Duration)>,
+    /// The machine's own stalls: a thread of the writer's priority that sleeps 1 ms in a
+    /// loop and overslept by at least [`EPISODE`], grouped like `events`. A probe stall that
+    /// overlaps one is the machine's (CPU), not the cluster's.
+    pub hiccups: Vec<(Instant, Duration)>,
+    /// Probe stalls (all tags) and how many of them overlap a machine stall.
+    pub stalls_on_hiccups: (usize, usize),
+}
+
+/// Whether `a` and `b` (start, length) overlap in time.
+pub fn overlap(a: (Instant, Duration), b: (Instant, Duration)) -> bool {
+    a.0 < b.0 + b.1 && b.0 < a.0 + a.1
+}
+
+/// A thread that sleeps 1 ms at a time until `stop` and keeps every oversleep of at least
+/// [`EPISODE`] (start, length): when a runnable thread of this machine waited for a CPU.
+fn hiccup_probe(
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<(Instant, Duration)>> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let tick = Duration::from_millis(1);
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let t = Instant::now();
+            std::thread::sleep(tick);
+            let late = t.elapsed().saturating_sub(tick);
+            if late >= EPISODE {
+                out.push((t, late));
+            }
+        }
+        out
+    })
 }
 
 /// Groups the episodes of all tags into events: (start, longest stall), in order.
@@ -208,6 +239,8 @@ type TagTasks = (
 /// The running workers.
 pub struct TagWriter {
     stop: watch::Sender<bool>,
+    hiccup_stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    hiccups: Option<std::thread::JoinHandle<Vec<(Instant, Duration)>>>,
     tasks: Vec<TagTasks>,
     prefix: String,
     /// The workers' runtime (its threads drive their connections).
@@ -266,8 +299,11 @@ impl TagWriter {
                 rt.spawn(probe_worker(probe, rx.clone(), prefix.to_owned(), tag)),
             ));
         }
+        let hiccup_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         Ok(Self {
             stop,
+            hiccups: Some(hiccup_probe(hiccup_stop.clone())),
+            hiccup_stop,
             tasks,
             prefix: prefix.to_owned(),
             rt: Some(rt),
@@ -277,6 +313,12 @@ impl TagWriter {
     /// Stops the workers and reads back every acknowledged write.
     pub async fn stop_and_check(mut self) -> anyhow::Result<TagSummary> {
         let _ = self.stop.send(true);
+        self.hiccup_stop
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let hiccups = match self.hiccups.take() {
+            Some(h) => h.join().unwrap_or_default(),
+            None => Vec::new(),
+        };
         let mut out = TagSummary::default();
         let mut episodes = Vec::new();
         for (tag, (durable, probe)) in std::mem::take(&mut self.tasks).into_iter().enumerate() {
@@ -301,7 +343,15 @@ impl TagWriter {
                 }
             }
         }
+        out.stalls_on_hiccups = (
+            episodes.len(),
+            episodes
+                .iter()
+                .filter(|e| hiccups.iter().any(|h| overlap(**e, *h)))
+                .count(),
+        );
         out.events = events(episodes);
+        out.hiccups = events(hiccups);
         ensure!(out.acked > 0, "no write was acknowledged");
         Ok(out)
     }
