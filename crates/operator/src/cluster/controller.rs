@@ -149,6 +149,7 @@ async fn pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action, Error>
         nodes: &observed.nodes,
         desired_nodes: &desired.nodes,
         timing: failover_timing(vc),
+        now: Timestamp::now(),
     });
 
     // Act: the one step, then the live changes (CONFIG SET, ACL LOAD) that need no planning.
@@ -253,6 +254,7 @@ async fn pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action, Error>
             balance: &plan.balance,
             moved: outcome.moved,
             acted: outcome.acted,
+            retry_in: plan.retry_in,
             events,
             now,
         },

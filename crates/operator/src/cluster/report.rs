@@ -41,6 +41,8 @@ pub struct Report<'a> {
     pub moved: Option<Moved>,
     /// Whether the pass changed something (look again soon).
     pub acted: bool,
+    /// Look again no later than this (a rolling update settling).
+    pub retry_in: Option<Duration>,
     /// Events of the pass (transition events are added here).
     pub events: Vec<EventSpec>,
     /// When the pass ran.
@@ -186,11 +188,8 @@ pub async fn report(
         info!(state = ?new_status.state, reason = ?new_status.reason, "status updated");
     }
     ctx.shared.publish(&vc.object_ref(&()), &r.events).await;
-    Ok(Action::requeue(requeue(
-        r.acted,
-        writer_missing,
-        new_status.state,
-    )))
+    let after = requeue(r.acted, writer_missing, new_status.state);
+    Ok(Action::requeue(r.retry_in.map_or(after, |d| d.min(after))))
 }
 
 #[cfg(test)]

@@ -189,6 +189,8 @@ pub struct Input<'a> {
     pub desired_nodes: &'a [ValkeyNode],
     /// The cluster's failure-detection timing (bounds of the failover rule).
     pub timing: FailoverTiming,
+    /// When the pass runs (a rolling update's settle time, see [`roll::ROLL_SETTLE`]).
+    pub now: k8s_openapi::jiff::Timestamp,
 }
 
 /// The plan of a pass: its step and the facts the status is derived from.
@@ -206,6 +208,8 @@ pub struct Plan {
     pub balance: Balance,
     /// ValkeyNodes outside the layout still to be removed.
     pub surplus_nodes: usize,
+    /// Look again after this long: a rolling update waits for its nodes to settle.
+    pub retry_in: Option<std::time::Duration>,
 }
 
 /// Plans one pass.
@@ -220,6 +224,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
         .collect();
     let balance = rebalance::balance(input.layout, input.topology);
     let surplus_nodes = input.nodes.len() - layout_nodes.len();
+    let settle_left = roll::settle_left(&layout_nodes, input.now);
     let failover =
         failover::failover_decision(input.layout, &within, Some(input.pod_ips), input.timing);
     facts.failover_stuck = failover
@@ -240,7 +245,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
                 && facts.unjoined_nodes == 0
                 && !balance.is_pending()
                 && surplus_nodes == 0;
-            match roll::next_roll(&layout_nodes, &within, healthy)? {
+            match roll::next_roll(&layout_nodes, &within, healthy && settle_left.is_none())? {
                 roll::RollStep::Authorize { node } => {
                     let desired = input.desired_nodes.iter().find(|d| d.name_any() == node)?;
                     Some(Step::AuthorizeRoll {
@@ -258,11 +263,13 @@ pub fn plan(input: &Input<'_>) -> Plan {
                 }),
             }
         });
+    let roll_progress = roll::progress(&layout_nodes);
     Plan {
+        retry_in: settle_left.filter(|_| step.is_none() && roll_progress.is_some()),
         step,
         facts,
         shards,
-        roll_progress: roll::progress(&layout_nodes),
+        roll_progress,
         balance,
         surplus_nodes,
     }
