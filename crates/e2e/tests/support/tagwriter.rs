@@ -80,15 +80,14 @@ pub fn overlap(a: (Instant, Duration), b: (Instant, Duration)) -> bool {
     a.0 < b.0 + b.1 && b.0 < a.0 + a.1
 }
 
-/// A thread that sleeps 1 ms at a time until `stop` and keeps every oversleep of at least
-/// [`EPISODE`] (start, length): when a runnable thread of this machine waited for a CPU.
-fn hiccup_probe(
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> std::thread::JoinHandle<Vec<(Instant, Duration)>> {
+/// A thread that sleeps 1 ms at a time until the workers' stop signal and keeps every
+/// oversleep of at least [`EPISODE`] (start, length): when a runnable thread of this machine
+/// waited for a CPU.
+fn hiccup_probe(stop: watch::Receiver<bool>) -> std::thread::JoinHandle<Vec<(Instant, Duration)>> {
     std::thread::spawn(move || {
         let mut out = Vec::new();
         let tick = Duration::from_millis(1);
-        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        while !*stop.borrow() {
             let t = Instant::now();
             std::thread::sleep(tick);
             let late = t.elapsed().saturating_sub(tick);
@@ -239,7 +238,6 @@ type TagTasks = (
 /// The running workers.
 pub struct TagWriter {
     stop: watch::Sender<bool>,
-    hiccup_stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     hiccups: Option<std::thread::JoinHandle<Vec<(Instant, Duration)>>>,
     tasks: Vec<TagTasks>,
     prefix: String,
@@ -299,11 +297,9 @@ impl TagWriter {
                 rt.spawn(probe_worker(probe, rx.clone(), prefix.to_owned(), tag)),
             ));
         }
-        let hiccup_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         Ok(Self {
             stop,
-            hiccups: Some(hiccup_probe(hiccup_stop.clone())),
-            hiccup_stop,
+            hiccups: Some(hiccup_probe(rx)),
             tasks,
             prefix: prefix.to_owned(),
             rt: Some(rt),
@@ -313,8 +309,6 @@ impl TagWriter {
     /// Stops the workers and reads back every acknowledged write.
     pub async fn stop_and_check(mut self) -> anyhow::Result<TagSummary> {
         let _ = self.stop.send(true);
-        self.hiccup_stop
-            .store(true, std::sync::atomic::Ordering::Relaxed);
         let hiccups = match self.hiccups.take() {
             Some(h) => h.join().unwrap_or_default(),
             None => Vec::new(),

@@ -52,18 +52,7 @@ pub(crate) fn ip_quiet<S: AsRef<str>>(args: &[S]) -> bool {
 /// path it uses `posix_spawn` (`vfork`-like: no copy).
 pub(crate) fn nsenter() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| on_path("nsenter").unwrap_or_else(|| PathBuf::from("nsenter")))
-}
-
-/// The first executable file `name` in a directory of `$PATH`.
-fn on_path(name: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(name))
-        .find(|p| {
-            p.metadata()
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+    PATH.get_or_init(|| which::which("nsenter").unwrap_or_else(|_| PathBuf::from("nsenter")))
 }
 
 fn command_line<S: AsRef<str>>(program: &str, args: &[S]) -> String {
@@ -99,7 +88,6 @@ mod tests {
         let p = nsenter();
         assert!(p.is_absolute(), "{}", p.display());
         assert!(p.ends_with("nsenter"));
-        assert_eq!(on_path("no-such-program-here"), None);
     }
 
     #[test]
