@@ -309,6 +309,17 @@ fn progress(
             format!("updated {} ValkeyNodes", applied.updated_nodes),
         ));
     }
+    // Until the ValkeyNode controller has seen a new spec, a roll it is about to hold back
+    // does not show: the cluster is not Ready yet.
+    if plan.unobserved_nodes > 0 {
+        return Some(Progress::new(
+            Activity::UpdatingNodes,
+            format!(
+                "waiting for {} ValkeyNodes to report on their new spec",
+                plan.unobserved_nodes
+            ),
+        ));
+    }
     step.or_else(|| match &plan.balance {
         Balance::Moving {
             remaining,

@@ -208,6 +208,8 @@ pub struct Plan {
     pub balance: Balance,
     /// ValkeyNodes outside the layout still to be removed.
     pub surplus_nodes: usize,
+    /// ValkeyNodes whose status does not describe their current spec yet.
+    pub unobserved_nodes: usize,
     /// Look again after this long: a rolling update waits for its nodes to settle.
     pub retry_in: Option<std::time::Duration>,
 }
@@ -266,6 +268,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
     let roll_progress = roll::progress(&layout_nodes);
     Plan {
         retry_in: settle_left.filter(|_| step.is_none() && roll_progress.is_some()),
+        unobserved_nodes: input.nodes.iter().filter(|n| roll::unobserved(n)).count(),
         step,
         facts,
         shards,
