@@ -181,10 +181,12 @@ pub fn next_roll(nodes: &[ValkeyNode], topology: &Topology, healthy: bool) -> Op
 
 /// Whether the ValkeyNode controller has not reported on `node`'s current spec yet (its
 /// `status.observedGeneration` is behind `metadata.generation`): a template change it is about
-/// to hold back as `WorkloadRollPending` does not show yet.
+/// to hold back as `WorkloadRollPending` does not show yet. A node without any status is new,
+/// not updated: the cluster's other facts (no pod, no member) already tell that.
 pub fn unobserved(node: &ValkeyNode) -> bool {
-    let observed = node.status.as_ref().and_then(|s| s.observed_generation);
-    node.metadata.generation.unwrap_or(0) > observed.unwrap_or(0)
+    node.status
+        .as_ref()
+        .is_some_and(|s| node.metadata.generation.unwrap_or(0) > s.observed_generation.unwrap_or(0))
 }
 
 /// The Progressing message while a rolling update is under way (nodes pending or in flight).
@@ -366,9 +368,9 @@ mod tests {
         assert!(unobserved(&n));
         n.status.as_mut().expect("status").observed_generation = Some(4);
         assert!(!unobserved(&n));
-        // Created, no status written yet.
+        // Created, no status written yet: new, not updated.
         n.status = None;
-        assert!(unobserved(&n));
+        assert!(!unobserved(&n));
     }
 
     #[test]
