@@ -14,6 +14,17 @@ use crate::slots::{SlotRange, SlotSet};
 
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
 
+/// Poll interval of [`failover`] while the election is likely running (the first
+/// [`FAILOVER_FAST_WINDOW`]). Valkey sends the winner's announcement (a `PONG` to every
+/// node, which unpauses the old primary's clients and redirects them) in the event-loop
+/// iteration *after* the one that won the election; an otherwise idle new primary only gets
+/// there on its next packet or timer, up to 1/`hz` s (100 ms by default) later. Each poll is
+/// such a packet, so polling this often bounds that delay by the interval.
+const FAILOVER_FAST_POLL: Duration = Duration::from_millis(2);
+/// How long [`failover`] polls at [`FAILOVER_FAST_POLL`] before falling back to
+/// [`POLL_INTERVAL`]; a coordinated failover of a synced replica takes a few milliseconds.
+const FAILOVER_FAST_WINDOW: Duration = Duration::from_secs(1);
+
 /// Sets the config epoch of a *fresh* node (knows no other node, epoch 0) so that every
 /// primary of a new cluster starts with a distinct epoch. Returns whether it was set; a node
 /// that already has that epoch or is no longer fresh is left alone (`Ok(false)`).
@@ -216,16 +227,26 @@ pub async fn failover(
         Err(e) => return Err(e),
     }
     info!(replica = replica_addr, ?mode, "cluster failover requested");
-    poll_until(
-        &format!("{replica_addr} to become primary"),
-        timeout,
-        POLL_INTERVAL,
-        || async {
-            let me = myself(pool, replica_addr).await?;
-            Ok(me.is_primary().then_some(()))
-        },
-    )
-    .await?;
+    let what = format!("{replica_addr} to become primary");
+    let is_primary = || async {
+        let me = myself(pool, replica_addr).await?;
+        Ok(me.is_primary().then_some(()))
+    };
+    let fast = timeout.min(FAILOVER_FAST_WINDOW);
+    match poll_until(&what, fast, FAILOVER_FAST_POLL, is_primary).await {
+        Err(CommandError::Timeout { .. }) if fast < timeout => {
+            poll_until(&what, timeout - fast, POLL_INTERVAL, is_primary)
+                .await
+                .map_err(|e| match e {
+                    CommandError::Timeout { what, .. } => CommandError::Timeout {
+                        what,
+                        after: timeout,
+                    },
+                    e => e,
+                })?;
+        }
+        r => r?,
+    }
     Ok(true)
 }
 
