@@ -7,6 +7,9 @@
 //! - `floor`: a coordinated `CLUSTER FAILOVER` issued by hand on each shard's replica in turn
 //!   (as many primary changes as a roll makes, 3 s apart), no pod touched: the least a
 //!   primary change costs a client; `floor1` does it on shard 0 only (as a pod delete);
+//!   `floorwake` is the floor with the promoted replica asked for its role every 2 ms, as
+//!   the operator does (Valkey announces a won election only on the winner's next
+//!   event-loop pass, which a packet brings forward): the like-for-like floor of a hand-over;
 //! - `roll`: a rolling update of every pod (a pod-template change);
 //! - `delete`: a graceful delete of shard 0's primary pod;
 //! - `kill`: `SIGKILL` of shard 0's primary server process;
@@ -24,7 +27,7 @@
 //!
 //! ```sh
 //! cargo run --release -p e2e --example bench_failover -- [--image valkey/valkey:9.1.0] [--tags 12] \
-//!     [--rounds 1] [--phases floor,floor1,stale,churn,roll,delete,kill,node]
+//!     [--rounds 1] [--phases floor,floorwake,floor1,stale,churn,roll,delete,kill,node]
 //! ```
 
 #[path = "../tests/support/mod.rs"]
@@ -54,7 +57,15 @@ fn args() -> anyhow::Result<Args> {
         tags: 12,
         rounds: 1,
         phases: [
-            "floor", "floor1", "stale", "churn", "roll", "delete", "kill", "node",
+            "floor",
+            "floorwake",
+            "floor1",
+            "stale",
+            "churn",
+            "roll",
+            "delete",
+            "kill",
+            "node",
         ]
         .map(String::from)
         .to_vec(),
@@ -144,7 +155,7 @@ where
     tokio::time::sleep(Duration::from_secs(2)).await;
     let s = w.stop_and_check().await?;
     println!(
-        "MEASURE bench_failover {what}: write gap {:.2}s, durable gap {:.2}s, {} acknowledged, {} lost, Ready after {:.1}s (longest gap: {})",
+        "MEASURE bench_failover {what}: write gap {:.3}s, durable gap {:.2}s, {} acknowledged, {} lost, Ready after {:.1}s (longest gap: {})",
         s.write_gap.as_secs_f64(),
         s.durable_gap.as_secs_f64(),
         s.acked,
@@ -190,7 +201,9 @@ where
 const SHARDS: i32 = 3;
 
 /// `CLUSTER FAILOVER` on `shard`'s replica, waited for until the replica says it is primary.
-async fn hand_failover(client: &Client, op_pw: &str, shard: i32) -> anyhow::Result<()> {
+/// With `wake`, the replica is asked for its `ROLE` every 2 ms on the same connection until
+/// it is primary (as the operator's `commands::failover` does).
+async fn hand_failover(client: &Client, op_pw: &str, shard: i32, wake: bool) -> anyhow::Result<()> {
     let (_, replica_ip) = shard_pair(client, shard).await?;
     let mut c = node_conn(&replica_ip, "_operator", op_pw).await?;
     let () = redis::cmd("CLUSTER")
@@ -198,6 +211,13 @@ async fn hand_failover(client: &Client, op_pw: &str, shard: i32) -> anyhow::Resu
         .query_async(&mut c)
         .await?;
     let started = Instant::now();
+    while wake && started.elapsed() < Duration::from_secs(1) {
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut c).await?;
+        if matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     while live_role(&replica_ip, "app", PW).await? != "master" {
         ensure!(
             started.elapsed() < Duration::from_secs(10),
@@ -267,11 +287,15 @@ async fn bench(fx: &Fixture, a: &Args) -> anyhow::Result<()> {
     let op_pw = system_operator_password(client, NAME).await?;
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
     for round in 0..a.rounds {
-        for (phase, shards) in [("floor", 0..SHARDS), ("floor1", 0..1)] {
+        for (phase, shards) in [
+            ("floor", 0..SHARDS),
+            ("floorwake", 0..SHARDS),
+            ("floor1", 0..1),
+        ] {
             measure(client, a, phase, || async {
                 for shard in shards {
-                    hand_failover(client, &op_pw, shard).await?;
-                    if shard + 1 < SHARDS && phase == "floor" {
+                    hand_failover(client, &op_pw, shard, phase == "floorwake").await?;
+                    if shard + 1 < SHARDS && phase != "floor1" {
                         tokio::time::sleep(Duration::from_secs(3)).await;
                     }
                 }
@@ -294,7 +318,7 @@ async fn bench(fx: &Fixture, a: &Args) -> anyhow::Result<()> {
             println!("MEASURE bench_failover stale: hand failovers start now");
             let t = Instant::now();
             for shard in 0..SHARDS {
-                hand_failover(client, &op_pw, shard).await?;
+                hand_failover(client, &op_pw, shard, false).await?;
                 tokio::time::sleep(Duration::from_secs(3)).await;
             }
             println!(
