@@ -106,13 +106,28 @@ pub(crate) async fn poll_until<T, F, Fut>(
     what: &str,
     timeout: Duration,
     interval: Duration,
+    check: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    poll_until_paced(what, timeout, |_| interval, check).await
+}
+
+/// [`poll_until`] with the interval chosen from the time elapsed since polling started.
+pub(crate) async fn poll_until_paced<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    interval: impl Fn(Duration) -> Duration,
     mut check: F,
 ) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>>>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
+    let start = tokio::time::Instant::now();
+    let deadline = start + timeout;
     loop {
         match check().await {
             Ok(Some(v)) => return Ok(v),
@@ -128,7 +143,7 @@ where
                 after: timeout,
             });
         }
-        tokio::time::sleep(interval).await;
+        tokio::time::sleep(interval(start.elapsed())).await;
     }
 }
 

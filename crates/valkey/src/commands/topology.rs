@@ -6,7 +6,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::{
-    CommandError, Result, cluster_nodes, exec, myself, node_id, poll_until, reply_contains,
+    CommandError, Result, cluster_nodes, exec, myself, node_id, poll_until, poll_until_paced,
+    reply_contains,
 };
 use crate::client::NodePool;
 use crate::model::ClusterNodes;
@@ -227,26 +228,22 @@ pub async fn failover(
         Err(e) => return Err(e),
     }
     info!(replica = replica_addr, ?mode, "cluster failover requested");
-    let what = format!("{replica_addr} to become primary");
-    let is_primary = || async {
-        let me = myself(pool, replica_addr).await?;
-        Ok(me.is_primary().then_some(()))
-    };
-    let fast = timeout.min(FAILOVER_FAST_WINDOW);
-    match poll_until(&what, fast, FAILOVER_FAST_POLL, is_primary).await {
-        Err(CommandError::Timeout { .. }) if fast < timeout => {
-            poll_until(&what, timeout - fast, POLL_INTERVAL, is_primary)
-                .await
-                .map_err(|e| match e {
-                    CommandError::Timeout { what, .. } => CommandError::Timeout {
-                        what,
-                        after: timeout,
-                    },
-                    e => e,
-                })?;
-        }
-        r => r?,
-    }
+    poll_until_paced(
+        &format!("{replica_addr} to become primary"),
+        timeout,
+        |elapsed| {
+            if elapsed < FAILOVER_FAST_WINDOW {
+                FAILOVER_FAST_POLL
+            } else {
+                POLL_INTERVAL
+            }
+        },
+        || async {
+            let me = myself(pool, replica_addr).await?;
+            Ok(me.is_primary().then_some(()))
+        },
+    )
+    .await?;
     Ok(true)
 }
 
