@@ -3,11 +3,12 @@
 # operator, applies a sample 3×1 ValkeyCluster, waits for Ready and prints how to connect.
 #
 # Usage: bash hack/demo.sh [DIR]   (DIR defaults to /tmp/valkey-demo; needs root)
+# Re-running it while the demo runs reuses it; a stopped demo's DIR is wiped and started afresh.
 # Stop:  kill the PIDs printed at the end, then `target/debug/localkube down --dir DIR`.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DIR="${1:-/tmp/valkey-demo}"
+DIR="$(realpath -m "${1:-/tmp/valkey-demo}")"
 cd "$ROOT"
 
 echo "==> installing dependencies"
@@ -25,8 +26,22 @@ mkdir -p "$DIR"
 if [[ -f "$DIR/localkube.pid" ]] && kill -0 "$(cat "$DIR/localkube.pid")" 2>/dev/null; then
   echo "==> localkube already running in $DIR"
 else
+  # A stopped demo's state is stale: its pods had no persistence, so starting localkube
+  # on the old etcd would bring back a cluster whose every node lost its data at once.
+  # Start from an empty directory, but only wipe one that a localkube run owns.
   "$LOCALKUBE" down --dir "$DIR" >/dev/null 2>&1 || true
-  rm -f "$DIR/ready"
+  if [[ -n "$(ls -A "$DIR")" ]]; then
+    if grep -q " $DIR/" /proc/self/mounts; then
+      echo "$DIR still has mounts after 'localkube down'; unmount them first" >&2
+      exit 1
+    elif [[ -e "$DIR/localkube.pid" || -e "$DIR/kubeconfig" || -e "$DIR/kubelet" ]]; then
+      echo "==> removing the stopped demo's state in $DIR"
+      rm -rf "${DIR:?}"/*
+    else
+      echo "$DIR is not empty and not a localkube directory; pick another: bash hack/demo.sh DIR" >&2
+      exit 1
+    fi
+  fi
   echo "==> starting localkube in $DIR (log: $DIR/localkube.log)"
   nohup "$LOCALKUBE" up --dir "$DIR" >"$DIR/localkube.log" 2>&1 &
   echo $! >"$DIR/localkube.pid"
