@@ -73,6 +73,8 @@ pub struct TagSummary {
     pub hiccups: Vec<(Instant, Duration)>,
     /// Probe stalls (all tags) and how many of them overlap a machine stall.
     pub stalls_on_hiccups: (usize, usize),
+    /// Every probe stall of at least [`EPISODE`] (all tags): start and length.
+    pub episodes: Vec<(Instant, Duration)>,
 }
 
 /// Whether `a` and `b` (start, length) overlap in time.
@@ -344,7 +346,8 @@ impl TagWriter {
                 .filter(|e| hiccups.iter().any(|h| overlap(**e, *h)))
                 .count(),
         );
-        out.events = events(episodes);
+        out.events = events(episodes.clone());
+        out.episodes = episodes;
         out.hiccups = events(hiccups);
         ensure!(out.acked > 0, "no write was acknowledged");
         Ok(out)

@@ -7,11 +7,12 @@
 //! - `floor`: a coordinated `CLUSTER FAILOVER` issued by hand on each shard's replica in turn
 //!   (as many primary changes as a roll makes, 3 s apart), no pod touched: the least a
 //!   primary change costs a client; `floor1` does it on shard 0 only (as a pod delete);
-//!   `floorwake` is the floor with the promoted replica asked for its role every 2 ms, as
-//!   the operator does (Valkey announces a won election only on the winner's next
-//!   event-loop pass, which a packet brings forward): the like-for-like floor of a hand-over;
+//!   `floorwake` and `floor1wake` are the same with the promoted replica asked for its role
+//!   every 2 ms (Valkey announces a won election only on the winner's next event-loop pass,
+//!   which a packet brings forward; the operator polls likewise, back to back at first);
 //! - `roll`: a rolling update of every pod (a pod-template change);
-//! - `delete`: a graceful delete of shard 0's primary pod;
+//! - `delete`: a graceful delete of shard 0's primary pod (Ready is awaited once the
+//!   replacement pod exists);
 //! - `kill`: `SIGKILL` of shard 0's primary server process;
 //! - `node`: the localkube node of shard 0's primary stops as if it crashed (every process on
 //!   it killed, heartbeats stop) and starts again once every slot is writable;
@@ -23,15 +24,19 @@
 //!   what that alone costs the writer on this machine.
 //!
 //! Each phase also prints its *stall events*: probe stalls of at least 5 ms, grouped across
-//! tags, with their start relative to the disruption; a primary change is one event.
+//! tags, with their start relative to the disruption; a primary change is one event. Each
+//! coordinated failover (by hand or the operator's) is split, from the servers' logs, into
+//! its handshake, announcement and client parts (see `timeline.rs`), and a summary per phase
+//! over all rounds ends the run.
 //!
 //! ```sh
 //! cargo run --release -p e2e --example bench_failover -- [--image valkey/valkey:9.1.0] [--tags 12] \
-//!     [--rounds 1] [--phases floor,floorwake,floor1,stale,churn,roll,delete,kill,node]
+//!     [--rounds 1] [--phases floor,floorwake,floor1,floor1wake,stale,churn,roll,delete,kill,node]
 //! ```
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../../tests/support/mod.rs"]
 mod support;
+mod timeline;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -60,6 +65,7 @@ fn args() -> anyhow::Result<Args> {
             "floor",
             "floorwake",
             "floor1",
+            "floor1wake",
             "stale",
             "churn",
             "roll",
@@ -136,65 +142,149 @@ async fn fresh_client_writable(client: &Client, what: &str) -> anyhow::Result<()
     Ok(())
 }
 
-/// Runs `disrupt` under the writer, waits for Ready, reports.
-async fn measure<F, Fut>(client: &Client, a: &Args, what: &str, disrupt: F) -> anyhow::Result<()>
-where
-    F: FnOnce() -> Fut,
-    Fut: Future<Output = anyhow::Result<()>>,
-{
-    if !a.phases.iter().any(|p| p == what) {
-        return Ok(());
-    }
-    ready(client, Instant::now()).await?;
-    let w = TagWriter::start(client, NAME, PW, what, a.tags, 1).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (t0, t0_unix) = (Instant::now(), std::time::SystemTime::now());
-    disrupt().await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let took = ready(client, t0).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let s = w.stop_and_check().await?;
-    println!(
-        "MEASURE bench_failover {what}: write gap {:.3}s, durable gap {:.2}s, {} acknowledged, {} lost, Ready after {:.1}s (longest gap: {})",
-        s.write_gap.as_secs_f64(),
-        s.durable_gap.as_secs_f64(),
-        s.acked,
-        s.lost,
-        took.as_secs_f64(),
-        s.gap_cause
-    );
-    // Each event: seconds after the disruption started (negative: before it) and its
-    // longest stall in ms; the floor's events are its primary changes.
-    let show = |events: &[(Instant, Duration)]| -> Vec<String> {
-        events
+/// What one phase of one round measured.
+struct PhaseResult {
+    phase: String,
+    write_gap: Duration,
+    changes: Vec<timeline::Change>,
+}
+
+/// The bench's shared state: the cluster client, the arguments, the servers' logs and the
+/// results so far.
+struct Bench<'a> {
+    client: &'a Client,
+    a: &'a Args,
+    logs: timeline::LogTail,
+    results: std::sync::Mutex<Vec<PhaseResult>>,
+}
+
+impl Bench<'_> {
+    /// Runs `disrupt` under the writer, waits for Ready, reports.
+    async fn measure<F, Fut>(&self, what: &str, disrupt: F) -> anyhow::Result<()>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        let (client, a) = (self.client, self.a);
+        if !a.phases.iter().any(|p| p == what) {
+            return Ok(());
+        }
+        ready(client, Instant::now()).await?;
+        let w = TagWriter::start(client, NAME, PW, what, a.tags, 1).await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let clock = timeline::Clock::now();
+        let t0 = clock.at.0;
+        disrupt().await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let took = ready(client, t0).await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let s = w.stop_and_check().await?;
+        println!(
+            "MEASURE bench_failover {what}: write gap {:.3}s, durable gap {:.2}s, {} acknowledged, {} lost, Ready after {:.1}s (longest gap: {})",
+            s.write_gap.as_secs_f64(),
+            s.durable_gap.as_secs_f64(),
+            s.acked,
+            s.lost,
+            took.as_secs_f64(),
+            s.gap_cause
+        );
+        // Each event: seconds after the disruption started (negative: before it) and its
+        // longest stall in ms; the floor's events are its primary changes.
+        let show = |events: &[(Instant, Duration)]| -> Vec<String> {
+            events
+                .iter()
+                .map(|(start, len)| {
+                    let at = if *start >= t0 {
+                        start.duration_since(t0).as_secs_f64()
+                    } else {
+                        -t0.duration_since(*start).as_secs_f64()
+                    };
+                    format!("{at:+.3}s:{}ms", len.as_millis())
+                })
+                .collect()
+        };
+        let events = show(&s.events);
+        println!(
+            "MEASURE bench_failover {what}: {} stall events ≥ {}ms after unix {:.3} [{}]",
+            events.len(),
+            tagwriter::EPISODE.as_millis(),
+            clock.unix(t0),
+            events.join(" ")
+        );
+        println!(
+            "MEASURE bench_failover {what}: {} machine stall events [{}]; {} of {} probe stalls overlap one",
+            s.hiccups.len(),
+            show(&s.hiccups).join(" "),
+            s.stalls_on_hiccups.1,
+            s.stalls_on_hiccups.0
+        );
+        // The phase's primary changes, from the servers' logs (writer started 2 s before t0).
+        let stalls: Vec<(f64, f64)> = s
+            .episodes
             .iter()
-            .map(|(start, len)| {
-                let at = if *start >= t0 {
-                    start.duration_since(t0).as_secs_f64()
-                } else {
-                    -t0.duration_since(*start).as_secs_f64()
-                };
-                format!("{at:+.1}s:{}ms", len.as_millis())
-            })
-            .collect()
-    };
-    let events = show(&s.events);
-    println!(
-        "MEASURE bench_failover {what}: {} stall events ≥ {}ms after unix {:.3} [{}]",
-        events.len(),
-        tagwriter::EPISODE.as_millis(),
-        t0_unix.duration_since(std::time::UNIX_EPOCH)?.as_secs_f64(),
-        events.join(" ")
-    );
-    println!(
-        "MEASURE bench_failover {what}: {} machine stall events [{}]; {} of {} probe stalls overlap one",
-        s.hiccups.len(),
-        show(&s.hiccups).join(" "),
-        s.stalls_on_hiccups.1,
-        s.stalls_on_hiccups.0
-    );
-    ensure!(s.lost == 0, "{what}: {} acknowledged writes lost", s.lost);
-    Ok(())
+            .map(|(start, len)| (clock.unix(*start), len.as_secs_f64()))
+            .collect();
+        let changes = timeline::changes(
+            &timeline::failovers(&self.logs.since(clock.unix(t0) - 2.0)),
+            &stalls,
+        );
+        for c in &changes {
+            println!(
+                "MEASURE bench_failover {what}: primary change by {} at {:+.3}s: handshake {}, announce {}, client {}, stall {}",
+                c.failover.by,
+                c.failover.requested - clock.unix(t0),
+                timeline::ms(c.failover.handshake_ms()),
+                timeline::ms(c.failover.announce_ms()),
+                timeline::ms(c.client_ms),
+                c.stall_ms.map_or_else(
+                    || format!("<{}ms", tagwriter::EPISODE.as_millis()),
+                    |v| format!("{v:.0}ms")
+                ),
+            );
+        }
+        self.results.lock().expect("results").push(PhaseResult {
+            phase: what.to_owned(),
+            write_gap: s.write_gap,
+            changes,
+        });
+        ensure!(s.lost == 0, "{what}: {} acknowledged writes lost", s.lost);
+        Ok(())
+    }
+
+    /// Per phase over all rounds: the median and range of the write gap, and the medians of
+    /// the primary changes' parts (a stall under the writer's episode length counts as 0).
+    fn summary(&self) {
+        let results = self.results.lock().expect("results");
+        for phase in &self.a.phases {
+            let mine: Vec<&PhaseResult> = results.iter().filter(|r| &r.phase == phase).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let gaps: Vec<f64> = mine
+                .iter()
+                .map(|r| r.write_gap.as_secs_f64() * 1000.0)
+                .collect();
+            let (lo, hi) = gaps
+                .iter()
+                .fold((f64::MAX, 0.0f64), |(lo, hi), g| (lo.min(*g), hi.max(*g)));
+            let changes: Vec<&timeline::Change> = mine.iter().flat_map(|r| &r.changes).collect();
+            let med = |f: &dyn Fn(&timeline::Change) -> Option<f64>| {
+                timeline::ms(timeline::median(
+                    changes.iter().filter_map(|c| f(c)).collect(),
+                ))
+            };
+            println!(
+                "MEASURE bench_failover summary {phase}: {} rounds, write gap median {:.0}ms ({lo:.0}–{hi:.0}ms); {} primary changes, medians: handshake {}, announce {}, client {}, stall {}",
+                mine.len(),
+                timeline::median(gaps).unwrap_or_default(),
+                changes.len(),
+                med(&|c| c.failover.handshake_ms()),
+                med(&|c| c.failover.announce_ms()),
+                med(&|c| c.client_ms),
+                med(&|c| Some(c.stall_ms.unwrap_or(0.0))),
+            );
+        }
+    }
 }
 
 /// The cluster's shards (3×1).
@@ -274,6 +364,20 @@ async fn pod_churn(client: &Client, round: usize) -> anyhow::Result<()> {
 
 async fn bench(fx: &Fixture, a: &Args) -> anyhow::Result<()> {
     let client = &fx.client;
+    let b = Bench {
+        client,
+        a,
+        logs: timeline::LogTail::start(fx.env.dir()),
+        results: std::sync::Mutex::new(Vec::new()),
+    };
+    let result = rounds(fx, &b).await;
+    b.summary();
+    result
+}
+
+/// The phases of every round.
+async fn rounds(fx: &Fixture, b: &Bench<'_>) -> anyhow::Result<()> {
+    let (client, a) = (b.client, b.a);
     create_user_secret(client, &format!("{NAME}-app"), PW).await?;
     create_cluster_with(
         client,
@@ -291,11 +395,13 @@ async fn bench(fx: &Fixture, a: &Args) -> anyhow::Result<()> {
             ("floor", 0..SHARDS),
             ("floorwake", 0..SHARDS),
             ("floor1", 0..1),
+            ("floor1wake", 0..1),
         ] {
-            measure(client, a, phase, || async {
+            b.measure(phase, || async {
+                let last = shards.end - 1;
                 for shard in shards {
-                    hand_failover(client, &op_pw, shard, phase == "floorwake").await?;
-                    if shard + 1 < SHARDS && phase != "floor1" {
+                    hand_failover(client, &op_pw, shard, phase.ends_with("wake")).await?;
+                    if shard < last {
                         tokio::time::sleep(Duration::from_secs(3)).await;
                     }
                 }
@@ -303,7 +409,7 @@ async fn bench(fx: &Fixture, a: &Args) -> anyhow::Result<()> {
             })
             .await?;
         }
-        measure(client, a, "stale", || async {
+        b.measure("stale", || async {
             let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS);
             for shard in 0..SHARDS {
                 let replica = shard_roles(client, NAME, shard, PW)
@@ -328,8 +434,8 @@ async fn bench(fx: &Fixture, a: &Args) -> anyhow::Result<()> {
             Ok(())
         })
         .await?;
-        measure(client, a, "churn", || pod_churn(client, round)).await?;
-        measure(client, a, "roll", || async {
+        b.measure("churn", || pod_churn(client, round)).await?;
+        b.measure("roll", || async {
             let patch = serde_json::json!({"spec": {"resources": {"requests": {"cpu": format!("{}m", 10 + round)}}}});
             api.patch(NAME, &PatchParams::default(), &Patch::Merge(&patch)).await?;
             // The roll has started once the status leaves Ready.
@@ -341,21 +447,36 @@ async fn bench(fx: &Fixture, a: &Args) -> anyhow::Result<()> {
             Ok(())
         })
         .await?;
-        measure(client, a, "delete", || async {
+        b.measure("delete", || async {
             let (primary, _) = shard0(client).await?;
-            Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS)
-                .delete(&primary, &DeleteParams::default())
-                .await?;
-            fresh_client_writable(client, "delete").await
+            let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS);
+            let old = pods.get(&primary).await?.metadata.uid;
+            pods.delete(&primary, &DeleteParams::default()).await?;
+            fresh_client_writable(client, "delete").await?;
+            // Ready counts from here only once the replacement pod exists: until the old pod
+            // has stopped (its hook lingers), the status may still say Ready.
+            let since = Instant::now();
+            while pods
+                .get_opt(&primary)
+                .await?
+                .is_none_or(|p| p.metadata.uid == old)
+            {
+                ensure!(
+                    since.elapsed() < Duration::from_secs(120),
+                    "{primary} not replaced"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok(())
         })
         .await?;
-        measure(client, a, "kill", || async {
+        b.measure("kill", || async {
             let (primary, _) = shard0(client).await?;
             fx.faults()?.kill_container(NS, &primary, "server")?;
             fresh_client_writable(client, "kill").await
         })
         .await?;
-        measure(client, a, "node", || async {
+        b.measure("node", || async {
             let (primary, _) = shard0(client).await?;
             let node = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS)
                 .get(&primary)
