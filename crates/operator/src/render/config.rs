@@ -125,9 +125,8 @@ pub fn user_lines(spec: &ValkeyClusterSpec, include_live: bool) -> String {
         .collect()
 }
 
-/// Renders `valkey.conf`. With `include_live` false the live-settable keys and the
-/// [`RESTARTLESS_DEFAULTS`] are left out (used for the restart hash, so changing them does not
-/// roll the pods).
+/// Renders `valkey.conf`. With `include_live` false the live-settable keys are left out (used
+/// for the restart hash, so changing them does not roll the pods).
 fn render(spec: &ValkeyClusterSpec, include_live: bool) -> String {
     let mut out = String::from("# Rendered by valkey-operator. Do not edit.\n");
     let user = user_lines(spec, include_live);
