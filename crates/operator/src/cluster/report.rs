@@ -94,12 +94,13 @@ pub async fn record_roles(api: &Api<ValkeyNode>, nodes: &[ValkeyNode], topology:
     }
 }
 
-/// How soon to look again: at once while a step acts or a shard has no writer (its takeover,
-/// or Valkey's own election, should be acted on or observed within a second), every 10 s when
+/// How soon to look again: at once while a step acts, a shard has no writer (its takeover, or
+/// Valkey's own election, should be acted on or observed within a second) or a change is still
+/// gossiping (Ready follows within a second of convergence), every 10 s when
 /// Ready (a change that touches no Kubernetes object, such as a partition and the election it
 /// causes, shows in the status within that time; a pass only reads), otherwise soon.
-pub fn requeue(acted: bool, writer_missing: bool, state: ClusterState) -> Duration {
-    if acted || writer_missing {
+pub fn requeue(acted: bool, urgent: bool, state: ClusterState) -> Duration {
+    if acted || urgent {
         Duration::from_secs(1)
     } else if state == ClusterState::Ready {
         Duration::from_secs(10)
@@ -116,7 +117,7 @@ pub async fn report(
 ) -> Result<Action, ReportError> {
     let ns = vc.namespace().unwrap_or_default();
     let name = vc.name_any();
-    let writer_missing = r.facts.topology.missing_shards > 0;
+    let urgent = r.facts.topology.missing_shards > 0 || r.facts.topology.unconverged_nodes > 0;
     let mut new_status = status::build(
         vc.status.as_ref(),
         &r.facts,
@@ -188,7 +189,7 @@ pub async fn report(
         info!(state = ?new_status.state, reason = ?new_status.reason, "status updated");
     }
     ctx.shared.publish(&vc.object_ref(&()), &r.events).await;
-    let after = requeue(r.acted, writer_missing, new_status.state);
+    let after = requeue(r.acted, urgent, new_status.state);
     Ok(Action::requeue(r.retry_in.map_or(after, |d| d.min(after))))
 }
 

@@ -161,6 +161,9 @@ pub struct TopologyFacts {
     pub missing_replicas: i32,
     /// Every live node reports `cluster_state:ok`.
     pub cluster_ok: bool,
+    /// Live nodes whose role, primary or slots some other live node's view does not show yet
+    /// (gossip still carrying a change).
+    pub unconverged_nodes: i32,
     /// Live pods not yet joined to the cluster (unknown to the seed node).
     pub unjoined_nodes: i32,
     /// Nodes the cluster still knows that are no live pod's identity (a replaced pod's old
@@ -299,6 +302,15 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
             condition::READY,
             reason::RECONCILING,
             "waiting for every node to report cluster_state:ok",
+        )
+    } else if t.unconverged_nodes > 0 {
+        Cond::no(
+            condition::READY,
+            reason::RECONCILING,
+            format!(
+                "waiting for gossip: {} nodes' role, primary or slots are not yet shown by every node",
+                t.unconverged_nodes
+            ),
         )
     } else if let Some(p) = &f.progress {
         let r = if p.activity == Activity::UpdatingNodes {
@@ -476,6 +488,19 @@ mod tests {
         assert!(!ready.status);
         assert_eq!(ready.reason, reason::RECONCILING);
         assert!(ready.message.contains("departed"));
+    }
+
+    #[test]
+    fn ready_waits_until_every_node_shows_every_role() {
+        let mut f = healthy();
+        f.topology.unconverged_nodes = 1;
+        let c = conditions(&f);
+        let ready = get(&c, condition::READY);
+        assert!(!ready.status);
+        assert_eq!(ready.reason, reason::RECONCILING);
+        assert!(ready.message.contains("waiting for gossip: 1 nodes"));
+        assert!(get(&c, condition::PROGRESSING).status);
+        assert!(get(&c, condition::CLUSTER_FORMED).status);
     }
 
     fn get<'a>(c: &'a [Cond], t: &str) -> &'a Cond {

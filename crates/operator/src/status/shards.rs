@@ -33,6 +33,7 @@ pub fn analyze(layout: Layout, topology: &Topology) -> (TopologyFacts, Vec<Shard
         .all(|m| m.view.as_ref().is_some_and(|v| v.cluster_ok));
     facts.unjoined_nodes = count(topology.unjoined().count());
     facts.departed_nodes = count(topology.departed().count());
+    facts.unconverged_nodes = count(topology.unconverged().count());
 
     let mut shards = Vec::new();
     for shard in 0..layout.shards {
@@ -85,6 +86,44 @@ mod tests {
         assert_eq!(shards[1].primary_pod.as_deref(), Some("pod-1-0"));
         assert_eq!(shards[1].slots, ["5461-10922"]);
         assert_eq!(shards[1].replicas, 1);
+    }
+
+    #[test]
+    fn a_role_not_yet_gossiped_to_every_node_is_unconverged() {
+        // Node 2 has just been attached to node 1; node 5 still lists it as an empty primary.
+        let mut m = members(&world(&formed31(), &[1, 2, 3, 4, 5, 6]));
+        let stale = world(&fresh31(), &[1, 2, 3, 4, 5, 6]);
+        let five = m.iter_mut().find(|x| x.addr == addr(5)).expect("node 5");
+        let mut view = five.view.clone().expect("view");
+        let old = stale.at(0, 1).and_then(|x| x.me()).expect("node 2").clone();
+        let line = view
+            .nodes
+            .nodes
+            .iter_mut()
+            .find(|n| n.id == id(2))
+            .expect("line");
+        line.flags.primary = true;
+        line.flags.replica = false;
+        line.primary_id = old.primary_id;
+        five.view = Some(view);
+        let (facts, _) = analyze(D31, &Topology::new(m.clone()));
+        assert_eq!(facts.unconverged_nodes, 1);
+        assert_eq!(facts.missing_replicas, 0);
+        // A node that does not know a member at all, or sees it failed, is unconverged too.
+        let five = m.iter_mut().find(|x| x.addr == addr(5)).expect("node 5");
+        let view = five.view.as_mut().expect("view");
+        view.nodes.nodes.retain(|n| n.id != id(2));
+        view.nodes
+            .nodes
+            .iter_mut()
+            .find(|n| n.id == id(4))
+            .expect("4")
+            .flags
+            .fail = true;
+        let (facts, _) = analyze(D31, &Topology::new(m));
+        assert_eq!(facts.unconverged_nodes, 2);
+        let (facts, _) = analyze(D31, &world(&formed31(), &[1, 2, 3, 4, 5, 6]));
+        assert_eq!(facts.unconverged_nodes, 0);
     }
 
     #[test]

@@ -187,6 +187,21 @@ impl Topology {
             .filter(move |n| !n.flags.handshake && !live.contains(n.id.as_str()))
     }
 
+    /// Reachable members whose own line (role, primary, slots) some other reachable member
+    /// does not show yet, or shows flagged `fail`: gossip has not carried the last change to
+    /// every node, so a client asking that node would still be sent the old way.
+    pub fn unconverged(&self) -> impl Iterator<Item = &Member> {
+        self.members.iter().filter(move |m| {
+            let Some(me) = m.me() else {
+                return false;
+            };
+            self.reachable()
+                .filter(|r| r.addr != m.addr)
+                .filter_map(|r| r.view.as_ref())
+                .any(|v| known_by(&v.nodes, &me.id).is_none_or(|seen| !shows(seen, me)))
+        })
+    }
+
     /// Whether some reachable member other than node `id` itself has a live cluster-bus link to
     /// it: connected, not suspected (`fail?`) or failed (`fail`), and no ping to it pending for
     /// longer than `stale_ping_ms` by that member's clock (a link being connected to a dead
@@ -240,6 +255,15 @@ impl Topology {
             .filter_map(|p| seed.get(p))
             .fold(SlotSet::new(), |acc, n| acc.union(&n.slot_set()))
     }
+}
+
+/// Whether another node's line `seen` shows node `me` as it reports itself: same role, same
+/// primary, same slots, not failed.
+fn shows(seen: &ClusterNode, me: &ClusterNode) -> bool {
+    seen.role() == me.role()
+        && seen.primary_id == me.primary_id
+        && seen.slot_set() == me.slot_set()
+        && !seen.flags.fail
 }
 
 /// Node `id` in `view`, past the handshake.
