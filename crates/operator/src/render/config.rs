@@ -46,6 +46,16 @@ pub const LIVE_DEFAULTS: &[(&str, &str)] = &[
     ("maxmemory-policy", "noeviction"),
 ];
 
+/// Settings the operator picks when `spec.config` has none, written to `valkey.conf` but left
+/// out of the restart hash: a pod started afterwards gets them, a running one keeps what it
+/// has until its next restart (so introducing or changing one never rolls a cluster).
+///
+/// - `repl-diskless-sync-delay 0`: Valkey's default makes a primary wait 5 s before it
+///   streams a full sync, in case more replicas arrive to share it. The operator attaches
+///   replicas one at a time (a roll, a replaced pod, a new replica), so the wait only
+///   delays the moment the shard has a synced copy again.
+pub const RESTARTLESS_DEFAULTS: &[(&str, &str)] = &[("repl-diskless-sync-delay", "0")];
+
 /// Major version of the Valkey server in `image`, from its tag (`valkey/valkey:9.0.0` → 9,
 /// `…:8.1-alpine` → 8). An unknown tag (digest, `latest`, custom) is assumed to be ≥ 9, the
 /// default image's version; only a tag that parses below 9 disables the 9-only settings.
@@ -125,14 +135,26 @@ pub fn user_lines(spec: &ValkeyClusterSpec, include_live: bool) -> String {
         .collect()
 }
 
-/// Renders `valkey.conf`. With `include_live` false the live-settable keys are left out (used
-/// for the restart hash, so changing them does not roll the pods).
+/// Renders `valkey.conf`. With `include_live` false the live-settable keys and the
+/// [`RESTARTLESS_DEFAULTS`] are left out (used for the restart hash, so changing them does not
+/// roll the pods).
 fn render(spec: &ValkeyClusterSpec, include_live: bool) -> String {
     let mut out = String::from("# Rendered by valkey-operator. Do not edit.\n");
     let user = user_lines(spec, include_live);
     if !user.is_empty() {
         out.push_str("\n# spec.config\n");
         out.push_str(&user);
+    }
+    if include_live {
+        let defaults: String = RESTARTLESS_DEFAULTS
+            .iter()
+            .filter(|(k, _)| spec.config_value(k).is_none())
+            .map(|(k, v)| config_line(k, v) + "\n")
+            .collect();
+        if !defaults.is_empty() {
+            out.push_str("\n# Operator defaults (a spec.config setting replaces them)\n");
+            out.push_str(&defaults);
+        }
     }
     out.push_str("\n# Operator-owned settings (last, so they win)\n");
     let mut lines: Vec<String> = Vec::new();
@@ -294,6 +316,19 @@ pub(crate) mod tests {
         assert!(conf.contains("shutdown-on-sigterm failover"));
         let s8 = spec(serde_json::json!({"shards": 1, "image": "valkey/valkey:8.0.1"}));
         assert!(!render_valkey_conf(&s8).contains("shutdown-on-sigterm"));
+    }
+
+    #[test]
+    fn restartless_defaults_yield_to_the_user_and_never_roll() {
+        let plain = spec(serde_json::json!({"shards": 1}));
+        assert!(render_valkey_conf(&plain).contains("\nrepl-diskless-sync-delay 0\n"));
+        let user =
+            spec(serde_json::json!({"shards": 1, "config": {"Repl-Diskless-Sync-Delay": "3"}}));
+        let conf = render_valkey_conf(&user);
+        assert!(conf.contains("Repl-Diskless-Sync-Delay 3"));
+        assert!(!conf.contains("repl-diskless-sync-delay 0"));
+        // Not in the restart hash: adding the default to the operator rolls no cluster.
+        assert!(!render(&plain, false).contains("repl-diskless-sync-delay"));
     }
 
     #[test]
