@@ -392,6 +392,7 @@ fn facts(
             .pods
             .iter()
             .find_map(observe::unschedulable_message),
+        unready_pods: observe::unready(&observed.pods, layout(vc)),
         grace_period_warning: spec.grace_period_too_short().then(|| {
             format!(
                 "terminationGracePeriodSeconds {} is below the recommended {} s (cluster-manual-failover-timeout + 10 s): a primary may be killed before its replica takes over",

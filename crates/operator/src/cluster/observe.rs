@@ -11,8 +11,8 @@ use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 use valkey_api::defaults::VALKEY_PORT;
 use valkey_api::{ValkeyCluster, ValkeyNode, labels};
-use valkey_ops::Topology;
 use valkey_ops::commands::{Position, observe_topology};
+use valkey_ops::{Layout, Topology};
 
 use super::Context;
 use crate::render::{self, names, secrets::SystemPasswords};
@@ -300,6 +300,19 @@ pub fn terminating(pods: &[Pod]) -> BTreeMap<IpAddr, String> {
         .collect()
 }
 
+/// Names of the pods at a position of `layout` whose `Ready` condition is not True (their
+/// readiness probe has not passed yet, or they are being deleted), in name order.
+pub fn unready(pods: &[Pod], layout: Layout) -> Vec<String> {
+    let mut names: Vec<String> = pods
+        .iter()
+        .filter(|p| position(p).is_some_and(|(s, i)| layout.contains(s, i)))
+        .filter(|p| !crate::node::status::pod_ready(p))
+        .map(ResourceExt::name_any)
+        .collect();
+    names.sort();
+    names
+}
+
 /// The scheduler's message for a pod it cannot place (`PodScheduled=False`, `Unschedulable`).
 pub fn unschedulable_message(pod: &Pod) -> Option<String> {
     let c = pod
@@ -334,5 +347,34 @@ mod tests {
         assert!(reads_secret(&spec, "app-pw"));
         assert!(reads_secret(&spec, "certs"));
         assert!(!reads_secret(&spec, "someone-else"));
+    }
+
+    #[test]
+    fn unready_lists_layout_pods_whose_probe_has_not_passed() {
+        let pod = |name: &str, shard: i32, index: i32, ready: &str, deleting: bool| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": name,
+                    "labels": {labels::SHARD_INDEX: shard.to_string(),
+                               labels::NODE_INDEX: index.to_string()},
+                    "deletionTimestamp": deleting.then_some("2026-01-01T00:00:00Z"),
+                },
+                "status": {"phase": "Running",
+                           "conditions": [{"type": "Ready", "status": ready}]},
+            }))
+            .expect("pod")
+        };
+        let pods = [
+            pod("c-0-1", 0, 1, "False", false),
+            pod("c-0-0", 0, 0, "True", false),
+            pod("c-1-0", 1, 0, "True", true),
+            // Outside the layout (being removed): not the cluster's readiness.
+            pod("c-2-0", 2, 0, "False", false),
+        ];
+        let layout = Layout {
+            shards: 2,
+            replicas: 1,
+        };
+        assert_eq!(unready(&pods, layout), ["c-0-1", "c-1-0"]);
     }
 }

@@ -202,6 +202,8 @@ pub struct Facts {
     pub resize_infeasible: Option<String>,
     /// The live topology.
     pub topology: TopologyFacts,
+    /// Pods of the layout whose readiness probe has not passed (names, sorted).
+    pub unready_pods: Vec<String>,
     /// Work the operator did or is waiting for.
     pub progress: Option<Progress>,
     /// A topology step that failed.
@@ -310,6 +312,15 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
             format!(
                 "waiting for gossip: {} nodes' role, primary or slots are not yet shown by every node",
                 t.unconverged_nodes
+            ),
+        )
+    } else if let Some(first) = f.unready_pods.first() {
+        Cond::no(
+            condition::READY,
+            reason::RECONCILING,
+            format!(
+                "waiting for {} pods to pass their readiness probe (first: {first})",
+                f.unready_pods.len()
             ),
         )
     } else if let Some(p) = &f.progress {
@@ -501,6 +512,20 @@ mod tests {
         assert!(ready.message.contains("waiting for gossip: 1 nodes"));
         assert!(get(&c, condition::PROGRESSING).status);
         assert!(get(&c, condition::CLUSTER_FORMED).status);
+    }
+
+    #[test]
+    fn ready_waits_for_every_pod_to_pass_its_readiness_probe() {
+        let mut f = healthy();
+        f.unready_pods = vec!["c-0-1".into(), "c-2-0".into()];
+        let c = conditions(&f);
+        let ready = get(&c, condition::READY);
+        assert!(!ready.status);
+        assert_eq!(
+            ready.message,
+            "waiting for 2 pods to pass their readiness probe (first: c-0-1)"
+        );
+        assert!(get(&c, condition::PROGRESSING).status);
     }
 
     fn get<'a>(c: &'a [Cond], t: &str) -> &'a Cond {
