@@ -119,6 +119,12 @@ fn pod_volumes(node_name: &str, spec: &ValkeyNodeSpec) -> Vec<Volume> {
     v
 }
 
+/// Period of the server's readiness probe. Its first run usually comes before the server
+/// listens, so a new pod becomes ready one period after it starts; every step of a rolling
+/// update and the cluster's `Ready` wait for that. 2 s rather than 5 s brought a 3×1 roll's
+/// steps from 10 s to 7 s apart and its Ready from 52–53 s to 32–37 s (`bench_failover`).
+pub const READINESS_PERIOD_SECONDS: i32 = 2;
+
 fn exec_probe(command: Vec<String>, period: i32, failure_threshold: i32) -> Probe {
     Probe {
         exec: Some(ExecAction {
@@ -184,7 +190,11 @@ fn server_container(spec: &ValkeyNodeSpec) -> Container {
         ]),
         resources: spec.resources.clone(),
         volume_mounts: Some(mounts),
-        readiness_probe: Some(exec_probe(probes::readiness_command(), 5, 3)),
+        readiness_probe: Some(exec_probe(
+            probes::readiness_command(),
+            READINESS_PERIOD_SECONDS,
+            3,
+        )),
         liveness_probe: Some(exec_probe(probes::liveness_command(), 10, 6)),
         // A primary's SIGTERM waits for the operator's coordinated hand-over.
         lifecycle: Some(Lifecycle {
