@@ -236,7 +236,7 @@ fn config_map_data(spec: &ValkeyClusterSpec, include_live: bool) -> BTreeMap<Str
             probes::LIVENESS_KEY.to_owned(),
             probes::liveness_script(tls),
         ),
-        (start::START_KEY.to_owned(), start::start_script()),
+        (start::START_KEY.to_owned(), start::start_script(tls)),
         (
             handover::HANDOVER_KEY.to_owned(),
             handover::handover_script(

@@ -167,23 +167,17 @@ fn server_container(spec: &ValkeyNodeSpec) -> Container {
         // The start script execs the image's entrypoint with `valkey-server`
         // (see render/start.rs for what it does on a restart).
         command: Some(start::start_command()),
-        env: Some(vec![
-            EnvVar {
-                name: POD_IP_ENV.to_owned(),
-                value_from: Some(EnvVarSource {
-                    field_ref: Some(ObjectFieldSelector {
-                        field_path: "status.podIP".into(),
-                        ..Default::default()
-                    }),
+        env: Some(vec![EnvVar {
+            name: POD_IP_ENV.to_owned(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "status.podIP".into(),
                     ..Default::default()
                 }),
                 ..Default::default()
-            },
-            env(
-                start::PERSISTENT_ENV,
-                if persistent(spec) { "true" } else { "false" },
-            ),
-        ]),
+            }),
+            ..Default::default()
+        }]),
         ports: Some(vec![
             port("valkey", VALKEY_PORT),
             port("cluster-bus", CLUSTER_BUS_PORT),

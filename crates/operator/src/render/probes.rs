@@ -9,8 +9,9 @@
 use valkey_api::defaults::VALKEY_PORT;
 use valkey_ops::commands::acl::EXPORTER_USER;
 
-use super::config::{CONFIG_DIR, SYSTEM_DIR, TLS_DIR};
+use super::config::{CONFIG_DIR, DATA_DIR, SYSTEM_DIR, TLS_DIR};
 use super::secrets::EXPORTER_PASSWORD_KEY;
+use super::start::HOLD_MARKER;
 
 /// ConfigMap key of the readiness script.
 pub const READINESS_KEY: &str = "readiness.sh";
@@ -28,7 +29,9 @@ pub fn liveness_command() -> Vec<String> {
 }
 
 /// Shell lines defining `cli`: `valkey-cli` authenticated as `_exporter` against the local
-/// server (over TLS when `tls`). Shared with the `preStop` hook (`render/handover.rs`).
+/// server (over TLS when `tls`), and `cli_flags`, its flags without the address, for other
+/// nodes. Shared with the `preStop` hook (`render/handover.rs`) and the start script
+/// (`render/start.rs`).
 pub fn cli_prelude(tls: bool) -> String {
     let tls_flags = if tls {
         format!(" --tls --insecure --cacert {TLS_DIR}/ca.crt")
@@ -38,7 +41,8 @@ pub fn cli_prelude(tls: bool) -> String {
     format!(
         "REDISCLI_AUTH=\"$(cat {SYSTEM_DIR}/{EXPORTER_PASSWORD_KEY})\" || exit 1\n\
          export REDISCLI_AUTH\n\
-         cli() {{ valkey-cli --no-auth-warning{tls_flags} --user {EXPORTER_USER} -h 127.0.0.1 -p {VALKEY_PORT} \"$@\"; }}\n"
+         cli_flags=\"--no-auth-warning{tls_flags} --user {EXPORTER_USER}\"\n\
+         cli() {{ valkey-cli $cli_flags -h 127.0.0.1 -p {VALKEY_PORT} \"$@\"; }}\n"
     )
 }
 
@@ -59,10 +63,12 @@ pub fn readiness_script(tls: bool) -> String {
 
 /// Liveness: the server answers at all. `PONG`, but also `LOADING`, `MASTERDOWN`, `BUSY` or an
 /// auth error count as alive (valkey-cli exits 0 on error replies); only a failed connection
-/// fails (a hung server is caught by the probe timeout).
+/// fails (a hung server is caught by the probe timeout). A restarted primary whose start
+/// script holds it back (`render/start.rs`) is alive too.
 pub fn liveness_script(tls: bool) -> String {
     format!(
-        "#!/bin/sh\n# Rendered by valkey-operator: liveness probe.\n{}\
+        "#!/bin/sh\n# Rendered by valkey-operator: liveness probe.\n\
+         [ -f {DATA_DIR}/{HOLD_MARKER} ] && exit 0\n{}\
          if [ \"$rc\" -eq 0 ] && [ -n \"$reply\" ]; then exit 0; fi\n\
          echo \"not alive: $reply\"\nexit 1\n",
         ping_prelude(tls)
