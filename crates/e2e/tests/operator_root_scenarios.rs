@@ -81,6 +81,7 @@ async fn wait_recovered(
                 2,
                 "_operator",
                 &system_operator_password(client, name).await?,
+                false,
             )
             .await
             {
@@ -362,6 +363,7 @@ async fn rolling_update_keeps_acknowledged_writes(
         2,
         "_operator",
         &system_operator_password(client, name).await?,
+        false,
     )
     .await?;
     let (acked, max_gap) = writer.stop().await?;
@@ -419,7 +421,7 @@ async fn operator_root_deployment_2x2_failovers_and_gc() -> anyhow::Result<()> {
         .get(&format!("valkey-{name}-system"))
         .await?;
     let op_pw = secret_value(&system, "operator-password")?;
-    check_topology_as(&client, name, 2, 2, "_operator", &op_pw).await?;
+    check_topology_as(&client, name, 2, 2, "_operator", &op_pw, false).await?;
     let vns = Api::<ValkeyNode>::namespaced(client.clone(), NS)
         .list(&cluster_lp(name))
         .await?;

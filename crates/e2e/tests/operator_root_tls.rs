@@ -22,38 +22,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use support::*;
 use valkey_ops::client::{self, ClientConfig};
 
 const PW: &str = "tls-app-pw";
 const NAME: &str = "tls";
-
-/// The TLS Secret `name` from the generated files.
-async fn create_tls_secret(
-    client: &Client,
-    name: &str,
-    tls: &valkey_testkit::TlsFiles,
-) -> anyhow::Result<()> {
-    let mut data = std::collections::BTreeMap::new();
-    for f in ["ca.crt", "tls.crt", "tls.key"] {
-        data.insert(f.to_owned(), ByteString(std::fs::read(tls.path(f))?));
-    }
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_owned()),
-            ..Default::default()
-        },
-        type_: Some("kubernetes.io/tls".into()),
-        data: Some(data),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &secret)
-        .await?;
-    Ok(())
-}
 
 /// A connection config verifying the certificate by the Service name, as user `app`.
 fn app_tls(ca: &[u8]) -> ClientConfig {

@@ -116,7 +116,7 @@ async fn ready(client: &Client, since: Instant) -> anyhow::Result<Duration> {
     loop {
         let s = api.get(NAME).await?.status.unwrap_or_default();
         if s.state == ClusterState::Ready
-            && check_topology_as(client, NAME, 3, 1, "_operator", &op_pw)
+            && check_topology_as(client, NAME, 3, 1, "_operator", &op_pw, false)
                 .await
                 .is_ok()
         {

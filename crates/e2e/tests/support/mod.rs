@@ -3,6 +3,7 @@
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod matrix;
 pub mod tagwriter;
 
 use std::os::unix::fs::MetadataExt;
@@ -356,7 +357,22 @@ pub async fn node_conn(
     user: &str,
     pw: &str,
 ) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-    let client = redis::Client::open(format!("redis://{user}:{pw}@{ip}:6379"))?;
+    node_conn_with(ip, user, pw, false).await
+}
+
+/// [`node_conn`] over TLS when `tls` (the certificate is not verified: tests dial pod IPs).
+pub async fn node_conn_with(
+    ip: &str,
+    user: &str,
+    pw: &str,
+    tls: bool,
+) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let url = if tls {
+        format!("rediss://{user}:{pw}@{ip}:6379/#insecure")
+    } else {
+        format!("redis://{user}:{pw}@{ip}:6379")
+    };
+    let client = redis::Client::open(url)?;
     Ok(client.get_multiplexed_async_connection().await?)
 }
 
@@ -369,10 +385,10 @@ pub async fn check_topology(
     replicas: usize,
     pw: &str,
 ) -> anyhow::Result<()> {
-    check_topology_as(client, name, shards, replicas, "app", pw).await
+    check_topology_as(client, name, shards, replicas, "app", pw, false).await
 }
 
-/// [`check_topology`] authenticating as `user`.
+/// [`check_topology`] authenticating as `user`, over TLS when `tls`.
 pub async fn check_topology_as(
     client: &Client,
     name: &str,
@@ -380,6 +396,7 @@ pub async fn check_topology_as(
     replicas: usize,
     user: &str,
     pw: &str,
+    tls: bool,
 ) -> anyhow::Result<()> {
     let pods = pods_of(client, name).await?;
     ensure!(
@@ -389,7 +406,7 @@ pub async fn check_topology_as(
     );
     for p in &pods {
         let ip = pod_ip(p).context("pod ip")?;
-        let mut c = node_conn(&ip, user, pw).await?;
+        let mut c = node_conn_with(&ip, user, pw, tls).await?;
         let info: String = redis::cmd("CLUSTER")
             .arg("INFO")
             .query_async(&mut c)
@@ -421,6 +438,34 @@ pub async fn check_topology_as(
             );
         }
     }
+    Ok(())
+}
+
+/// The TLS Secret `name` from the generated files.
+pub async fn create_tls_secret(
+    client: &Client,
+    name: &str,
+    tls: &valkey_testkit::TlsFiles,
+) -> anyhow::Result<()> {
+    let mut data = std::collections::BTreeMap::new();
+    for f in ["ca.crt", "tls.crt", "tls.key"] {
+        data.insert(
+            f.to_owned(),
+            k8s_openapi::ByteString(std::fs::read(tls.path(f))?),
+        );
+    }
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(data),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(&kube::api::PostParams::default(), &secret)
+        .await?;
     Ok(())
 }
 
@@ -816,7 +861,12 @@ pub async fn valkey_nodes_of(
 
 /// The Valkey role (`master` / `slave`) a server reports in `INFO replication`.
 pub async fn live_role(ip: &str, user: &str, pw: &str) -> anyhow::Result<String> {
-    let mut c = node_conn(ip, user, pw).await?;
+    live_role_with(ip, user, pw, false).await
+}
+
+/// [`live_role`] over TLS when `tls`.
+pub async fn live_role_with(ip: &str, user: &str, pw: &str, tls: bool) -> anyhow::Result<String> {
+    let mut c = node_conn_with(ip, user, pw, tls).await?;
     let info: String = redis::cmd("INFO")
         .arg("replication")
         .query_async(&mut c)
@@ -835,13 +885,24 @@ pub async fn shard_roles(
     shard: i32,
     pw: &str,
 ) -> anyhow::Result<Vec<(String, String, String)>> {
+    shard_roles_with(client, name, shard, pw, false).await
+}
+
+/// [`shard_roles`] over TLS when `tls`.
+pub async fn shard_roles_with(
+    client: &Client,
+    name: &str,
+    shard: i32,
+    pw: &str,
+    tls: bool,
+) -> anyhow::Result<Vec<(String, String, String)>> {
     let prefix = format!("valkey-{name}-{shard}-");
     let mut out = Vec::new();
     for p in pods_of(client, name).await? {
         let pod = p.metadata.name.clone().unwrap_or_default();
         if pod.starts_with(&prefix) {
             let ip = pod_ip(&p).context("pod ip")?;
-            let role = live_role(&ip, "app", pw).await?;
+            let role = live_role_with(&ip, "app", pw, tls).await?;
             out.push((pod, ip, role));
         }
     }
@@ -942,7 +1003,9 @@ pub async fn wait_recovered(
         } else if s.state != ClusterState::Ready || s.ready_shards != shards as i32 {
             format!("{:?} {:?} {:?}", s.state, s.reason, s.message)
         } else {
-            match check_topology_as(client, name, shards, replicas, "_operator", &op_pw).await {
+            match check_topology_as(client, name, shards, replicas, "_operator", &op_pw, false)
+                .await
+            {
                 Ok(()) => return Ok(since.elapsed()),
                 Err(e) => format!("Ready, live topology not yet: {e:#}"),
             }

@@ -243,6 +243,8 @@ pub struct TagWriter {
     hiccups: Option<std::thread::JoinHandle<Vec<(Instant, Duration)>>>,
     tasks: Vec<TagTasks>,
     prefix: String,
+    /// A client for fresh connections to read back with when a worker's connection fails.
+    cc: redis::cluster::ClusterClient,
     /// The workers' runtime (its threads drive their connections).
     rt: Option<tokio::runtime::Runtime>,
 }
@@ -280,6 +282,7 @@ impl TagWriter {
             .enable_all()
             .build()?;
         let mut tasks = Vec::with_capacity(tags);
+        let reader = writer_cluster_client(client, name, pw).await?;
         for tag in 0..tags {
             let cc = writer_cluster_client(client, name, pw).await?;
             // Connected on the writer's runtime, so their drivers run there.
@@ -304,6 +307,7 @@ impl TagWriter {
             hiccups: Some(hiccup_probe(rx)),
             tasks,
             prefix: prefix.to_owned(),
+            cc: reader,
             rt: Some(rt),
         })
     }
@@ -330,10 +334,24 @@ impl TagWriter {
             out.durable_gap = out.durable_gap.max(r.durable_gap);
             out.acked += r.acked.len();
             for i in r.acked {
-                let v: Option<usize> = redis::cmd("GET")
-                    .arg(key(&self.prefix, tag, i))
-                    .query_async(&mut conn)
-                    .await?;
+                let k = key(&self.prefix, tag, i);
+                let mut tries = 0;
+                let v: Option<usize> = loop {
+                    match redis::cmd("GET").arg(&k).query_async(&mut conn).await {
+                        Ok(v) => break v,
+                        // A connection left broken by the disruption (a node cut off and
+                        // back): read on a fresh one.
+                        Err(e) if tries < 5 => {
+                            tries += 1;
+                            eprintln!("read-back of {k}: {e}; reconnecting");
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                            if let Ok(c) = self.cc.get_async_connection().await {
+                                conn = c;
+                            }
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                };
                 if v != Some(i) {
                     out.lost += 1;
                 }
