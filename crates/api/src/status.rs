@@ -80,6 +80,10 @@ pub mod reason {
     /// ConfigurationWarning=True: a ValkeyNode's claim cannot grow to `persistence.size` (its
     /// StorageClass does not allow volume expansion, or the resize failed for good).
     pub const RESIZE_INFEASIBLE: &str = "ResizeInfeasible";
+    /// Degraded=True (for ten minutes after it came back): every copy of a shard was down at
+    /// once, so it serves only what its files held; the message names the shard, the time and
+    /// what the persistence settings kept.
+    pub const SHARD_RESTARTED: &str = "ShardRestarted";
 }
 
 /// Event reasons (see the status contract): on the ValkeyCluster unless noted.
@@ -162,6 +166,9 @@ pub mod event {
     pub const INVALID_TLS_SECRET: &str = "InvalidTLSSecret";
     /// A ValkeyNode's claim cannot grow to the requested size (Warning).
     pub const RESIZE_INFEASIBLE: &str = "ResizeInfeasible";
+    /// Every copy of a shard was down at once: acknowledged writes its files did not hold are
+    /// lost (Warning).
+    pub const SHARD_RESTARTED: &str = "ShardRestarted";
     /// On a ValkeyNode: a pod template change was written to its workload.
     pub const WORKLOAD_ROLL_APPLIED: &str = "WorkloadRollApplied";
     /// On a ValkeyNode: a pod template change waits for the cluster controller.

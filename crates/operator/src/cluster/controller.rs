@@ -393,6 +393,14 @@ fn facts(
             .iter()
             .find_map(observe::unschedulable_message),
         unready_pods: observe::unready(&observed.pods, layout(vc)),
+        shard_restart: crate::status::shard_restart::shard_restart(
+            observed
+                .pods
+                .iter()
+                .filter_map(|p| Some((observe::position(p)?.0, p))),
+            spec,
+            Timestamp::now(),
+        ),
         grace_period_warning: spec.grace_period_too_short().then(|| {
             format!(
                 "terminationGracePeriodSeconds {} is below the recommended {} s (cluster-manual-failover-timeout + 10 s): a primary may be killed before its replica takes over",

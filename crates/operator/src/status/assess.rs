@@ -200,6 +200,9 @@ pub struct Facts {
     pub invalid_tls: Option<String>,
     /// Claims that cannot grow to `persistence.size`: the warning message.
     pub resize_infeasible: Option<String>,
+    /// Shards whose every copy was down at once, recently: what they lost
+    /// (`status/shard_restart.rs`).
+    pub shard_restart: Option<String>,
     /// The live topology.
     pub topology: TopologyFacts,
     /// Pods of the layout whose readiness probe has not passed (names, sorted).
@@ -348,6 +351,8 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
         Cond::yes(condition::DEGRADED, reason::POD_UNSCHEDULABLE, msg.clone())
     } else if let Some(e) = &f.step_failure {
         Cond::yes(condition::DEGRADED, e.reason(), e.message.clone())
+    } else if let Some(msg) = &f.shard_restart {
+        Cond::yes(condition::DEGRADED, reason::SHARD_RESTARTED, msg.clone())
     } else if let Some(msg) = &t.drain_no_room {
         Cond::yes(condition::DEGRADED, reason::REBALANCE_FAILED, msg.clone())
     } else if let Some(msg) = &f.invalid_tls {
@@ -609,6 +614,19 @@ mod tests {
         assert_eq!(state, ClusterState::Degraded);
         assert_eq!(reason.as_deref(), Some("PodUnschedulable"));
         assert!(message.unwrap().contains("0/3 nodes are available"));
+    }
+
+    #[test]
+    fn a_shard_restart_degrades_a_serving_cluster_and_says_what_was_lost() {
+        let mut f = healthy();
+        f.shard_restart = Some("every copy of shard 0 at 2027-01-15T08:00:00Z was down".into());
+        let c = conditions(&f);
+        assert_eq!(get(&c, condition::DEGRADED).reason, "ShardRestarted");
+        assert_eq!(get(&c, condition::READY).reason, "ClusterHealthy");
+        let (state, reason, message) = derive_state(&c);
+        assert_eq!(state, ClusterState::Degraded);
+        assert_eq!(reason.as_deref(), Some("ShardRestarted"));
+        assert!(message.unwrap().contains("shard 0"));
     }
 
     #[test]

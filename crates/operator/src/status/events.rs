@@ -51,7 +51,8 @@ fn entered(old: &[Condition], new: &[Condition], type_: &str) -> bool {
 /// Ready turns True, `InvalidConfig`, `ResizeInfeasible` or `GracePeriodTooShort` when
 /// ConfigurationWarning turns True or its message changes,
 /// `PodUnschedulable` when the cluster becomes Degraded for that reason, `InvalidTLSSecret`
-/// when the TLS Secret becomes unusable (or unusable in another way), `UsersACLError` when a
+/// when the TLS Secret becomes unusable (or unusable in another way), `ShardRestarted` when
+/// every copy of a shard was down at once (each time anew), `UsersACLError` when a
 /// user is held out of the ACL file (or another problem is), `DrainFailed` when a
 /// drain is held back for lack of memory, `FailoverFailed` when a shard's failover is stuck (see
 /// [`FAILOVER_STUCK`]), and
@@ -107,6 +108,17 @@ pub fn transition_events(
         out.push(EventSpec::warning(
             event::INVALID_TLS_SECRET,
             "Validate",
+            c.message.clone(),
+        ));
+    }
+    if let Some(c) = find(nc, condition::DEGRADED).filter(|c| c.status == "True")
+        && c.reason == reason::SHARD_RESTARTED
+        && !find(oc, condition::DEGRADED)
+            .is_some_and(|o| o.status == "True" && o.reason == c.reason && o.message == c.message)
+    {
+        out.push(EventSpec::warning(
+            event::SHARD_RESTARTED,
+            "Observe",
             c.message.clone(),
         ));
     }
@@ -274,6 +286,31 @@ mod tests {
             reasons(&transition_events(Some(&expired), &mismatch)),
             ["InvalidTLSSecret"]
         );
+    }
+
+    #[test]
+    fn shard_restarted_once_per_occurrence() {
+        let ok = status(&[Cond::no("Degraded", "ClusterHealthy", "")], &[]);
+        let lost = |at: &str| {
+            status(
+                &[Cond::yes(
+                    "Degraded",
+                    "ShardRestarted",
+                    format!("shard 0 at {at}"),
+                )],
+                &[],
+            )
+        };
+        assert_eq!(
+            reasons(&transition_events(Some(&ok), &lost("08:00"))),
+            ["ShardRestarted"]
+        );
+        assert!(transition_events(Some(&lost("08:00")), &lost("08:00")).is_empty());
+        assert_eq!(
+            reasons(&transition_events(Some(&lost("08:00")), &lost("09:00"))),
+            ["ShardRestarted"]
+        );
+        assert!(transition_events(Some(&lost("08:00")), &ok).is_empty());
     }
 
     #[test]

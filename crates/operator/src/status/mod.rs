@@ -4,6 +4,7 @@
 pub mod assess;
 pub mod conditions;
 pub mod events;
+pub mod shard_restart;
 pub mod shards;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
