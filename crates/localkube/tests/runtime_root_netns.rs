@@ -44,6 +44,13 @@ impl TestEnv {
         let third = (pid.wrapping_mul(7).wrapping_add(n * 13)) % 250 + 1;
         let cidr = format!("10.250.{third}.0/24").parse().unwrap();
         let state = tempfile::Builder::new().prefix("lkrt").tempdir().unwrap();
+        // Traversable by anyone, as localkube's own state dir: the valkey image's entrypoint
+        // runs the server as uid 999, which must reach the image bin dirs under it.
+        std::fs::set_permissions(
+            state.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o711),
+        )
+        .unwrap();
         let net = Network::create(NetworkConfig {
             bridge: bridge.clone(),
             cidr,
@@ -77,6 +84,7 @@ impl TestEnv {
             state_dir: self.state.path().join("containers").join(name),
             log_path: self.state.path().join("logs").join(format!("{name}.log")),
             user: None,
+            read_only_root: false,
         }
     }
 
@@ -406,6 +414,33 @@ exec sleep 60
     assert!(matches!(r, Err(RuntimeError::ExecTimeout(_))), "{r:?}");
     assert!(began.elapsed() < Duration::from_secs(2));
     stop(&c).await;
+}
+
+#[tokio::test]
+async fn root_netns_read_only_root_filesystem_keeps_volumes_writable() {
+    require_root!();
+    let env = TestEnv::new();
+    let vol = env.state.path().join("ro-volumes/data");
+    std::fs::create_dir_all(&vol).unwrap();
+    let unique = format!("lkro-{}", std::process::id());
+    let script = format!(
+        "if {{ echo x > /etc/{unique}; }} 2>/dev/null; then echo ROOT-RW; else echo ROOT-RO; fi\n\
+         if echo y > /data/out; then echo DATA-RW; else echo DATA-RO; fi\n"
+    );
+    let mut spec = env.spec("ro", "busybox", &[], None);
+    spec.argv = s(&["sh", "-c", &script]);
+    spec.working_dir = Some(PathBuf::from("/work/ro"));
+    spec.read_only_root = true;
+    spec.mounts = vec![Mount {
+        source: vol.clone(),
+        target: PathBuf::from("/data"),
+        read_only: false,
+    }];
+    let st = spawn(&spec).unwrap().wait().await;
+    assert_eq!(st.code, Some(0), "{}", env.log("ro"));
+    assert_eq!(env.log("ro"), "ROOT-RO\nDATA-RW\n");
+    assert_eq!(std::fs::read_to_string(vol.join("out")).unwrap(), "y\n");
+    assert!(!Path::new(&format!("/etc/{unique}")).exists());
 }
 
 #[tokio::test]

@@ -356,6 +356,11 @@ async fn run_once(
             .join(&c.name)
             .join(format!("{restart}.log")),
         user,
+        read_only_root: c
+            .security_context
+            .as_ref()
+            .and_then(|s| s.read_only_root_filesystem)
+            == Some(true),
     };
     if let Some(parent) = spec.log_path.parent() {
         let _ = std::fs::create_dir_all(parent);

@@ -47,9 +47,9 @@
 //! service links env vars are not injected; no cgroups (resource requests
 //! and limits are reported to the downward API but not enforced, no
 //! OOMKilled); no PID or user namespaces; of `securityContext`,
-//! capabilities, `privileged`, `readOnlyRootFilesystem`, seccomp, AppArmor
+//! capabilities, `privileged`, `allowPrivilegeEscalation`, seccomp, AppArmor
 //! and SELinux are ignored (a non-root user has no capabilities, root has
-//! all);
+//! all; `readOnlyRootFilesystem` is enforced);
 //! no `terminationMessagePath` file (`FallbackToLogsOnError` uses the log
 //! tail); TLS gRPC probes are reported as failures; no image pulls (images
 //! resolve through the image table);

@@ -99,6 +99,9 @@ pub struct ContainerSpec {
     /// The identity of the process (and of [`RunningContainer::exec_in`] commands); `None`
     /// keeps root with the kubelet's groups.
     pub user: Option<ProcessUser>,
+    /// `readOnlyRootFilesystem`: the container's root (its overlay) is remounted read-only
+    /// once the mount points and the working directory exist; volumes keep their own mode.
+    pub read_only_root: bool,
 }
 
 /// User, group and supplementary groups of a container's processes (`securityContext`),
@@ -518,7 +521,9 @@ fn env_argv(
 /// mounts (a state dir on a separate volume, a binary cache on a tmpfs, ...) would be empty
 /// inside. So every `PATH` directory outside the root mount, and the directories of the symlink
 /// targets in non-system `PATH` directories (the image bin dirs) that are outside it, are
-/// bind-mounted read-only at their own path.
+/// bind-mounted read-only at their own path. So are those under one of the container's own
+/// volumes (an emptyDir at `/tmp` would hide the image bin dirs of a state dir in `/tmp`):
+/// their bind mount comes after the volume's, inside it.
 fn with_hidden_binary_dirs(spec: &ContainerSpec) -> ContainerSpec {
     let mounts = cleanup::mount_points();
     let hidden = |p: &Path| {
@@ -530,7 +535,8 @@ fn with_hidden_binary_dirs(spec: &ContainerSpec) -> ContainerSpec {
             .filter(|m| p.starts_with(m))
             .max_by_key(|m| m.components().count())
             .is_none_or(|m| m == Path::new("/"));
-        (!on_root).then_some(p)
+        let under_volume = spec.mounts.iter().any(|m| p.starts_with(&m.target));
+        (!on_root || under_volume).then_some(p)
     };
     let path_env = spec
         .env
@@ -730,6 +736,24 @@ fn start_script(spec: &ContainerSpec, root: &Path) -> Result<String> {
             read_only.push((tgt, what));
         }
     }
+    // The directories above the mount points are searchable by any user, as a container
+    // runtime creates them: the container's root is the host's, whose directories may be
+    // private (`/etc/valkey` of a host package, mode 0750); only the container's own layer
+    // changes.
+    let mut ancestors: Vec<&Path> = mounts
+        .iter()
+        .flat_map(|m| m.target.ancestors().skip(1))
+        .filter(|a| *a != Path::new("/"))
+        .collect();
+    ancestors.sort();
+    ancestors.dedup();
+    if !ancestors.is_empty() {
+        let list: Vec<String> = ancestors.iter().map(|a| q(a)).collect();
+        inner.push_str(&format!(
+            "chmod a+rx {} || fail 'mount point directories'\n",
+            list.join(" ")
+        ));
+    }
     // Read-only only once every mount point exists: a mount nested in a read-only volume
     // (a Secret at /config/users under a ConfigMap at /config) needs its directory created
     // first, as a container runtime does.
@@ -743,6 +767,9 @@ fn start_script(spec: &ContainerSpec, root: &Path) -> Result<String> {
     }
     if let Some(wd) = &spec.working_dir {
         inner.push_str(&format!("mkdir -p {} || fail 'working dir'\n", q(wd)));
+    }
+    if spec.read_only_root {
+        inner.push_str("mount -o remount,ro / || fail 'read-only root filesystem'\n");
     }
     let exec: Vec<String> = env_argv(
         &spec.env,

@@ -166,12 +166,35 @@ pub struct ImageTable {
     dir: PathBuf,
 }
 
+/// Whether every directory above `target` is searchable and the file itself readable and
+/// executable by any user (a missing target counts as reachable: the symlink dangles anyway).
+fn reachable_by_anyone(target: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(real) = target.canonicalize() else {
+        return true;
+    };
+    let mode = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.permissions().mode());
+    mode(&real) & 0o005 == 0o005 && real.ancestors().skip(1).all(|d| mode(d) & 0o001 != 0)
+}
+
+/// The `valkey/valkey` image's `docker-entrypoint.sh`, as the real one behaves: started as
+/// root with `valkey-server`, it gives the files in its working directory (`/data`) to the
+/// `valkey` user (uid and gid 999) and runs the server as that user. Unlike the real one it
+/// gives away files only when that directory is `/data`, and never crosses into another file
+/// system: a localkube container shares the host's `/dev`, `/proc` and `/sys`.
 const VALKEY_ENTRYPOINT: &str = r#"#!/bin/sh
-# localkube stand-in for the valkey image's docker-entrypoint.sh (no user switch).
+# localkube stand-in for the valkey image's docker-entrypoint.sh.
 set -e
 # first arg is `-f` or `--some-option`, or first arg is `something.conf`
 if [ "${1#-}" != "$1" ] || [ "${1%.conf}" != "$1" ]; then
 	set -- valkey-server "$@"
+fi
+# allow the container to be started with `--user`
+if [ "$1" = 'valkey-server' ] && [ "$(id -u)" = '0' ]; then
+	if [ "$(pwd)" = /data ]; then
+		find . -xdev \! -user 999 -exec chown -h 999 '{}' +
+	fi
+	exec setpriv --reuid=999 --regid=999 --clear-groups -- "$0" "$@"
 fi
 exec "$@"
 "#;
@@ -307,8 +330,20 @@ impl ImageTable {
                 .map_err(|e| RuntimeError::io("create directory", &bin, e))?;
             for (name, target) in &entry.links {
                 let link = bin.join(name);
-                std::os::unix::fs::symlink(target, &link)
-                    .map_err(|e| RuntimeError::io("create symlink", &link, e))?;
+                if reachable_by_anyone(target) {
+                    std::os::unix::fs::symlink(target, &link)
+                        .map_err(|e| RuntimeError::io("create symlink", &link, e))?;
+                } else {
+                    // A binary under a private directory (`/root/.cache`): a container running
+                    // as its image's user could not execute it through a symlink.
+                    // `link` does not follow a symlink: link (or copy) the file it names.
+                    let file = target
+                        .canonicalize()
+                        .map_err(|e| RuntimeError::io("resolve", target, e))?;
+                    std::fs::hard_link(&file, &link)
+                        .or_else(|_| std::fs::copy(&file, &link).map(|_| ()))
+                        .map_err(|e| RuntimeError::io("copy", &file, e))?;
+                }
             }
             for (name, content) in &entry.scripts {
                 use std::os::unix::fs::PermissionsExt;
