@@ -8,7 +8,7 @@
 //! all down at one instant lost its memory. A pod that was replaced (new pod, no last state)
 //! is not evidence: its data came from a replica or was handed over.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -81,14 +81,17 @@ fn files_keep(spec: &ValkeyClusterSpec) -> String {
 }
 
 /// The report of the shards whose every copy was down at once, no longer ago than
-/// [`REPORT_FOR`] (or still down), or `None`. `pods` are the cluster's pods by shard index.
+/// [`REPORT_FOR`] (or still down), or `None`. `pods` are the cluster's pods by shard index;
+/// only the shards in `served` (those the last status showed with a primary) had data to
+/// lose, so a pod that fails while its cluster forms is not reported.
 pub fn shard_restart<'a>(
     pods: impl IntoIterator<Item = (i32, &'a Pod)>,
+    served: &BTreeSet<i32>,
     spec: &ValkeyClusterSpec,
     now: Timestamp,
 ) -> Option<String> {
     let mut by_shard: BTreeMap<i32, Vec<&Pod>> = BTreeMap::new();
-    for (shard, p) in pods {
+    for (shard, p) in pods.into_iter().filter(|(s, _)| served.contains(s)) {
         by_shard.entry(shard).or_default().push(p);
     }
     let mut lost: Vec<(i32, Timestamp)> = Vec::new();
@@ -167,7 +170,27 @@ mod tests {
     }
 
     fn check(pods: &[(i32, Pod)], config: serde_json::Value, now: i64) -> Option<String> {
-        shard_restart(pods.iter().map(|(s, p)| (*s, p)), &spec(config), t(now))
+        let served = BTreeSet::from([0, 1]);
+        shard_restart(
+            pods.iter().map(|(s, p)| (*s, p)),
+            &served,
+            &spec(config),
+            t(now),
+        )
+    }
+
+    #[test]
+    fn a_shard_that_never_served_is_not_reported() {
+        let pods = [
+            pod(0, 0, Some(100), 101, None),
+            pod(0, 1, Some(100), 101, None),
+        ];
+        let none = BTreeSet::new();
+        let s = spec(serde_json::json!({}));
+        assert_eq!(
+            shard_restart(pods.iter().map(|(s, p)| (*s, p)), &none, &s, t(110)),
+            None
+        );
     }
 
     fn spec(config: serde_json::Value) -> ValkeyClusterSpec {
