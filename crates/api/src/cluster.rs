@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, LocalObjectReference, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Container, LocalObjectReference, PodSecurityContext, ResourceRequirements, SecurityContext,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -91,6 +93,21 @@ pub struct ValkeyClusterSpec {
     /// Compute resources (requests/limits) of the Valkey server container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+
+    /// Security context of every pod (server, exporter, config check). Omitted: the restricted
+    /// Pod Security Standard with the image's `valkey` user, `runAsNonRoot: true`, `runAsUser`,
+    /// `runAsGroup` and `fsGroup` 999 (so a volume is writable by the server), `fsGroupChangePolicy:
+    /// OnRootMismatch` and the `RuntimeDefault` seccomp profile. When set, it replaces that
+    /// default as a whole; changing it rolls the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_security_context: Option<PodSecurityContext>,
+
+    /// Security context of the Valkey server container. Omitted: `allowPrivilegeEscalation:
+    /// false`, every capability dropped and a read-only root filesystem (the server writes only
+    /// `/data` and `/tmp`, both volumes). When set, it replaces that default as a whole;
+    /// changing it rolls the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
 
     /// Valkey configuration passed to every node: `valkey.conf` directives as keys, their
     /// arguments as string values, for example `{maxmemory: 1gb, maxmemory-policy:

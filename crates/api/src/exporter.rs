@@ -1,6 +1,6 @@
 //! `spec.exporter`: the Prometheus metrics exporter sidecar.
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::core::v1::{ResourceRequirements, SecurityContext};
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +29,12 @@ pub struct ExporterSpec {
     /// Compute resources (requests/limits) of the exporter container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+
+    /// Security context of the exporter container. Omitted: `allowPrivilegeEscalation: false`,
+    /// every capability dropped and a read-only root filesystem. When set, it replaces that
+    /// default as a whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
 }
 
 fn enabled_default() -> bool {
@@ -46,6 +52,7 @@ impl Default for ExporterSpec {
             image: image_default(),
             args: None,
             resources: None,
+            security_context: None,
         }
     }
 }

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, LocalObjectReference, ResourceRequirements, Toleration,
-    TopologySpreadConstraint,
+    Affinity, Container, LocalObjectReference, PodSecurityContext, ResourceRequirements,
+    SecurityContext, Toleration, TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
@@ -99,6 +99,15 @@ pub struct ValkeyNodeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
 
+    /// Resolved security context of the pod (the restricted default unless the cluster sets
+    /// one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_security_context: Option<PodSecurityContext>,
+
+    /// Resolved security context of the server container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
+
     /// Fully rendered scheduling of the pod (spread axes already resolved).
     #[serde(default)]
     pub scheduling: NodeScheduling,
@@ -170,6 +179,9 @@ pub struct NodeExporter {
     /// Exporter resources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Resolved security context of the exporter container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
 }
 
 /// Reference to the rendered Valkey configuration.

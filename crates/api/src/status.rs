@@ -158,6 +158,8 @@ pub mod event {
     pub const CLUSTER_READY: &str = "ClusterReady";
     /// A pod cannot be scheduled (Warning).
     pub const POD_UNSCHEDULABLE: &str = "PodUnschedulable";
+    /// The workload controller cannot create a pod: the API server refuses it (Warning).
+    pub const POD_CREATION_FAILED: &str = "PodCreationFailed";
     /// The explicit grace period is below the recommended minimum (Warning).
     pub const GRACE_PERIOD_TOO_SHORT: &str = "GracePeriodTooShort";
     /// `spec.config` or `spec.image` is refused by the server's dry run (Warning).
@@ -208,6 +210,9 @@ pub mod node_reason {
     pub const POD_RUNNING: &str = "PodRunning";
     /// Ready=False: pod missing, not ready or workload not rolled out.
     pub const POD_NOT_READY: &str = "PodNotReady";
+    /// Ready=False: the workload controller cannot create the pod (Pod Security admission, a
+    /// ResourceQuota, a LimitRange, a webhook); the message quotes the API server.
+    pub const POD_CREATION_FAILED: &str = "PodCreationFailed";
     /// Ready=False / PersistentVolumeClaimReady=False: claim not bound.
     pub const PVC_PENDING: &str = "PersistentVolumeClaimPending";
     /// PersistentVolumeClaimReady=True.

@@ -782,7 +782,10 @@ async fn operator_root_spread_exporter_sidecar_and_idle() -> anyhow::Result<()> 
                 "containers": [{
                     "name": SIDECAR_CONTAINER,
                     "image": "busybox:1.36",
-                    "command": ["sh", "-c", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 1; done"]
+                    "command": ["sh", "-c", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 1; done"],
+                    // The namespace enforces the restricted standard: a sidecar states it.
+                    "securityContext": {"allowPrivilegeEscalation": false,
+                                        "capabilities": {"drop": ["ALL"]}}
                 }]
             }),
         ),

@@ -17,6 +17,9 @@
 //! two operator pods, both Ready, one holding the Lease; a 1×1 cluster Ready; the leader pod
 //! deleted, the standby takes the Lease and carries out a scale-out. With `watchNamespace`, the
 //! operator serves that namespace only, with a Role there.
+//!
+//! Every namespace here enforces the restricted Pod Security Standard: the operator's pods
+//! (manifest and chart) and the Valkey and config-check pods it renders all meet it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -194,16 +197,34 @@ async fn lease_holder(client: &Client, namespace: &str) -> Option<String> {
     list.items.into_iter().find_map(|l| l.spec?.holder_identity)
 }
 
-/// `helm install valkey-operator` of the chart with `extra` arguments; returns the two operator
-/// pods once both are Ready.
+/// Creates namespace `ns` enforcing the restricted Pod Security Standard (as production
+/// clusters often do): every pod the chart, the manifest or the operator renders must meet it.
+fn create_restricted_namespace(kubeconfig: &Path, ns: &str) {
+    kubectl(kubeconfig, &["create", "namespace", ns], None);
+    kubectl(
+        kubeconfig,
+        &[
+            "label",
+            "namespace",
+            ns,
+            "pod-security.kubernetes.io/enforce=restricted",
+        ],
+        None,
+    );
+}
+
+/// `helm install valkey-operator` of the chart with `extra` arguments, into a namespace that
+/// enforces the restricted Pod Security Standard; returns the two operator pods once both are
+/// Ready.
 async fn helm_install(client: &Client, kubeconfig: &Path, extra: &[&str]) -> Vec<Pod> {
+    create_restricted_namespace(kubeconfig, NAMESPACE);
     let helm = localkube::runtime::images::default_bin_cache().join("helm");
     let out = Command::new(&helm)
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["install", "valkey-operator"])
         .arg(repo().join("deploy/helm/valkey-operator"))
-        .args(["--namespace", NAMESPACE, "--create-namespace"])
+        .args(["--namespace", NAMESPACE])
         .args(extra)
         .output()
         .expect("helm (install it with `bash hack/install-deps.sh helm`)");
@@ -312,7 +333,7 @@ async fn in_cluster_root_operator_pod_from_deploy_manifests() {
     );
 
     // A 3×1 cluster, reconciled by the pod alone.
-    kubectl(&kubeconfig, &["create", "namespace", APPS], None);
+    create_restricted_namespace(&kubeconfig, APPS);
     kubectl(
         &kubeconfig,
         &["apply", "-f", "-"],
@@ -431,7 +452,7 @@ async fn in_cluster_root_operator_pods_from_the_helm_chart() {
         .unwrap_or_else(|| panic!("the Lease holder {holder} is none of {names:?}"))
         .clone();
 
-    kubectl(&kubeconfig, &["create", "namespace", APPS], None);
+    create_restricted_namespace(&kubeconfig, APPS);
     kubectl(
         &kubeconfig,
         &["apply", "-f", "-"],
@@ -514,7 +535,7 @@ async fn in_cluster_root_operator_scoped_to_one_namespace() {
     let kubeconfig = env.kubeconfig_path();
     let client = env.client();
     for ns in [APPS, "other"] {
-        kubectl(&kubeconfig, &["create", "namespace", ns], None);
+        create_restricted_namespace(&kubeconfig, ns);
     }
     let ready = helm_install(&client, &kubeconfig, &["--set", "watchNamespace=apps"]).await;
     kubectl(

@@ -329,7 +329,11 @@ async fn pod_churn(client: &Client, round: usize) -> anyhow::Result<()> {
             "metadata": {"name": name},
             "spec": {
                 "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}],
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 1000,
+                                    "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"],
+                                "securityContext": {"allowPrivilegeEscalation": false,
+                                                    "capabilities": {"drop": ["ALL"]}}}],
             },
         }))?;
         pods.create(&Default::default(), &pod).await?;

@@ -52,6 +52,7 @@ impl Fixture {
             return Ok(None);
         };
         install_crds(&fx.client).await?;
+        enforce_restricted(&fx.client, NS).await?;
         fx.operator = operator.then(|| Operator::start(&fx.client));
         Ok(Some(fx))
     }
@@ -105,6 +106,25 @@ impl Fixture {
         }
         self.env.stop().await;
     }
+}
+
+/// The Pod Security label that makes `ns` refuse every pod that does not meet the restricted
+/// standard, as production clusters often do: every suite's clusters run under it.
+pub const RESTRICTED_LABEL: (&str, &str) = ("pod-security.kubernetes.io/enforce", "restricted");
+
+/// Labels namespace `ns` with [`RESTRICTED_LABEL`].
+pub async fn enforce_restricted(client: &Client, ns: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let patch =
+        serde_json::json!({"metadata": {"labels": {RESTRICTED_LABEL.0: RESTRICTED_LABEL.1}}});
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            ns,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
 }
 
 /// Installs both CRDs (server-side apply) and waits until they are Established and the

@@ -412,6 +412,7 @@ fn facts(
             .pods
             .iter()
             .find_map(observe::unschedulable_message),
+        pod_creation_failed: observed.nodes.iter().find_map(observe::pod_creation_failure),
         unready_pods: observe::unready(&observed.pods, layout(vc)),
         shard_restart: crate::status::shard_restart::shard_restart(
             observed

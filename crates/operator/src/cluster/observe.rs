@@ -313,6 +313,23 @@ pub fn unready(pods: &[Pod], layout: Layout) -> Vec<String> {
     names
 }
 
+/// Why a ValkeyNode's pod cannot be created (its Ready condition, reason `PodCreationFailed`),
+/// as the Degraded message.
+pub fn pod_creation_failure(node: &ValkeyNode) -> Option<String> {
+    let c = node.status.as_ref()?.conditions.iter().find(|c| {
+        c.type_ == valkey_api::status::node_condition::READY
+            && c.reason == valkey_api::status::node_reason::POD_CREATION_FAILED
+    })?;
+    Some(format!(
+        "{}ValkeyNode {}: {}",
+        crate::status::POD_CREATION_FAILED_PREFIX,
+        node.name_any(),
+        c.message
+            .strip_prefix("the pod cannot be created: ")
+            .unwrap_or(&c.message)
+    ))
+}
+
 /// The scheduler's message for a pod it cannot place (`PodScheduled=False`, `Unschedulable`).
 pub fn unschedulable_message(pod: &Pod) -> Option<String> {
     let c = pod

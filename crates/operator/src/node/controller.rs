@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -30,6 +30,7 @@ use valkey_api::status::event::{RESIZE_INFEASIBLE, WORKLOAD_ROLL_APPLIED, WORKLO
 use valkey_api::status::node_condition::WORKLOAD_ROLL_PENDING;
 use valkey_api::{ValkeyNode, ValkeyNodeStatus};
 
+use super::create_failure;
 use super::plan::{ObservedWorkload, WorkloadAction, pvc_request, workload_action};
 use super::status::{OWNED_CONDITIONS, Observed, compute_status};
 use crate::context::Shared;
@@ -376,7 +377,26 @@ async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError>
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0));
 
+    // No pod: does the workload controller fail to create it?
+    let create_failure = match (pod, &sts, &deploy) {
+        (None, Some(s), _) => {
+            let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+            let lp = ListParams::default().fields(&create_failure::event_selector(&s.name_any()));
+            match events.list(&lp).await {
+                Ok(list) => {
+                    create_failure::from_events(&list.items, k8s_openapi::jiff::Timestamp::now())
+                }
+                Err(e) => {
+                    debug!(node = %name, error = %e, "cannot list the StatefulSet's events");
+                    None
+                }
+            }
+        }
+        (None, None, Some(d)) => create_failure::from_deployment(d),
+        _ => None,
+    };
     let observed = Observed {
+        create_failure,
         statefulset: sts.as_ref(),
         deployment: deploy.as_ref(),
         pod,
@@ -437,6 +457,9 @@ async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError>
     }
     Ok(if status.ready {
         Action::requeue(Duration::from_secs(300))
+    } else if pod.is_none() {
+        // The workload controller's refusal shows only in events, which are not watched.
+        Action::requeue(Duration::from_secs(5))
     } else {
         Action::requeue(Duration::from_secs(15))
     })

@@ -3,6 +3,7 @@
 //! state in the ValkeyNode's status.
 
 pub mod controller;
+pub mod create_failure;
 pub mod plan;
 pub mod status;
 

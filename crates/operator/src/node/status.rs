@@ -33,6 +33,9 @@ pub struct Observed<'a> {
     pub roll_pending: bool,
     /// Workload revision the workload carries (its `valkey.io/workload-revision` annotation).
     pub applied_workload_revision: Option<String>,
+    /// Why the workload controller cannot create the pod, when there is no pod
+    /// (`node/create_failure.rs`).
+    pub create_failure: Option<String>,
 }
 
 /// Condition types the node controller writes (the ValkeyCluster controller writes the
@@ -253,6 +256,13 @@ pub fn compute_status(node: &ValkeyNode, observed: &Observed<'_>, now: &Time) ->
             false,
             reason::PVC_PENDING,
             format!("waiting for {pvc_name} to be bound"),
+        );
+    } else if let (None, Some(why)) = (observed.pod, &observed.create_failure) {
+        conds.set(
+            condition::READY,
+            false,
+            reason::POD_CREATION_FAILED,
+            format!("the pod cannot be created: {why}"),
         );
     } else if ready {
         let pod = observed.pod.and_then(|p| p.metadata.name.as_deref());

@@ -9,13 +9,16 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, EnvVar, Pod, PodSpec, ResourceRequirements, Volume,
+    VolumeMount,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use sha2::{Digest, Sha256};
 use valkey_api::{ValkeyClusterSpec, labels};
 
-use super::{config, names};
+use super::{config, names, security};
 
 /// Environment variable carrying the lines to check.
 pub const CONFIG_ENV: &str = "VALKEY_CONFIG";
@@ -111,6 +114,15 @@ pub fn check_pod(
             node_selector: spec.scheduling.node_selector.clone(),
             tolerations: spec.scheduling.tolerations.clone(),
             priority_class_name: spec.scheduling.priority_class_name.clone(),
+            security_context: Some(security::pod_security_context(
+                spec.pod_security_context.as_ref(),
+            )),
+            // The check writes only here: the root filesystem is read-only.
+            volumes: Some(vec![Volume {
+                name: "tmp".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            }]),
             containers: vec![Container {
                 name: "check".into(),
                 image: Some(spec.image.clone()),
@@ -121,6 +133,14 @@ pub fn check_pod(
                     value_from: None,
                 }]),
                 termination_message_policy: Some("FallbackToLogsOnError".into()),
+                security_context: Some(security::container_security_context(
+                    spec.security_context.as_ref(),
+                )),
+                volume_mounts: Some(vec![VolumeMount {
+                    name: "tmp".into(),
+                    mount_path: "/tmp".into(),
+                    ..Default::default()
+                }]),
                 resources: Some(ResourceRequirements {
                     requests: Some(BTreeMap::from([
                         ("cpu".into(), quantity("10m")),

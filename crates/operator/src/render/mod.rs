@@ -14,6 +14,7 @@ pub mod pdb;
 pub mod pod;
 pub mod probes;
 pub mod secrets;
+pub mod security;
 pub mod service;
 pub mod spread;
 pub mod start;

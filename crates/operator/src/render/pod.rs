@@ -34,7 +34,12 @@ pub mod volumes {
     pub const TLS: &str = "tls";
     /// Data directory.
     pub const DATA: &str = "data";
+    /// `/tmp` (an emptyDir: the root filesystem is read-only).
+    pub const TMP: &str = "tmp";
 }
+
+/// Where the `tmp` volume is mounted.
+pub const TMP_DIR: &str = "/tmp";
 
 /// Environment variable carrying the pod IP (expanded in the server's args).
 pub const POD_IP_ENV: &str = "POD_IP";
@@ -116,6 +121,11 @@ fn pod_volumes(node_name: &str, spec: &ValkeyNodeSpec) -> Vec<Volume> {
         }
     };
     v.push(data);
+    v.push(Volume {
+        name: volumes::TMP.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    });
     v
 }
 
@@ -161,6 +171,7 @@ fn server_container(spec: &ValkeyNodeSpec) -> Container {
         mounts.push(mount(volumes::TLS, TLS_DIR, true));
     }
     mounts.push(mount(volumes::DATA, DATA_DIR, false));
+    mounts.push(mount(volumes::TMP, TMP_DIR, false));
     Container {
         name: SERVER_CONTAINER.to_owned(),
         image: Some(spec.image.clone()),
@@ -183,6 +194,7 @@ fn server_container(spec: &ValkeyNodeSpec) -> Container {
             port("cluster-bus", CLUSTER_BUS_PORT),
         ]),
         resources: spec.resources.clone(),
+        security_context: spec.security_context.clone(),
         volume_mounts: Some(mounts),
         readiness_probe: Some(exec_probe(
             probes::readiness_command(),
@@ -244,6 +256,7 @@ fn exporter_container(spec: &ValkeyNodeSpec) -> Option<Container> {
         env: Some(envs),
         ports: Some(vec![port("metrics", EXPORTER_PORT)]),
         resources: exporter.resources.clone(),
+        security_context: exporter.security_context.clone(),
         ..Default::default()
     })
 }
@@ -280,6 +293,7 @@ pub fn pod_template(node_name: &str, spec: &ValkeyNodeSpec) -> Result<PodTemplat
             priority_class_name: s.priority_class_name.clone(),
             topology_spread_constraints: s.topology_spread_constraints.clone(),
             termination_grace_period_seconds: Some(spec.termination_grace_period_seconds),
+            security_context: spec.pod_security_context.clone(),
             enable_service_links: Some(false),
             ..Default::default()
         }),

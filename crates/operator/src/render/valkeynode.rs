@@ -5,7 +5,7 @@ use kube::ResourceExt;
 use valkey_api::node::{NodeConfig, NodeExporter};
 use valkey_api::{ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
 
-use super::{config, names, spread};
+use super::{config, names, security, spread};
 
 /// The workload revision of a new ValkeyNode.
 pub const FIRST_REVISION: &str = "1";
@@ -42,11 +42,20 @@ pub fn valkey_node(
         workload_type: spec.workload_type,
         persistence: spec.persistence.clone(),
         resources: spec.resources.clone(),
+        pod_security_context: Some(security::pod_security_context(
+            spec.pod_security_context.as_ref(),
+        )),
+        security_context: Some(security::container_security_context(
+            spec.security_context.as_ref(),
+        )),
         scheduling: spread::node_scheduling(&spec.scheduling, &name, shard_index, node_index),
         exporter: spec.exporter_enabled().then(|| NodeExporter {
             image: spec.exporter.image.clone(),
             args: spec.exporter.args.clone(),
             resources: spec.exporter.resources.clone(),
+            security_context: Some(security::container_security_context(
+                spec.exporter.security_context.as_ref(),
+            )),
         }),
         containers: spec.containers.clone(),
         config: NodeConfig {

@@ -146,6 +146,10 @@ pub const NOT_ENOUGH_MEMORY: &str = "not enough memory to drain";
 /// transition that emits `FailoverFailed`).
 pub const FAILOVER_STUCK: &str = "no failover for shard";
 
+/// How a Degraded `NodeAddFailed` message starts when a pod cannot be created (the event
+/// `PodCreationFailed` keys on it).
+pub const POD_CREATION_FAILED_PREFIX: &str = "a pod cannot be created: ";
+
 /// What the Valkey cluster looks like, summarised from the live views.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TopologyFacts {
@@ -192,6 +196,9 @@ pub struct Facts {
     pub apply_error: Option<ChildFailure>,
     /// A pod the scheduler cannot place: the scheduler's message (with the pod name).
     pub unschedulable: Option<String>,
+    /// A pod its workload controller cannot create: the API server's words (with the
+    /// ValkeyNode's name).
+    pub pod_creation_failed: Option<String>,
     /// Explicit grace period below the recommended minimum: the warning message.
     pub grace_period_warning: Option<String>,
     /// `spec.config`/`spec.image` refused by the server's dry run: the warning message.
@@ -347,7 +354,9 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
     // The contract names only Degraded=True reasons; when nothing is impaired the condition
     // carries the Ready reason (`ClusterHealthy`, `Reconciling`, ...), so every reason a user
     // sees is one of the contract's.
-    let degraded = if let Some(msg) = &f.unschedulable {
+    let degraded = if let Some(msg) = &f.pod_creation_failed {
+        Cond::yes(condition::DEGRADED, reason::NODE_ADD_FAILED, msg.clone())
+    } else if let Some(msg) = &f.unschedulable {
         Cond::yes(condition::DEGRADED, reason::POD_UNSCHEDULABLE, msg.clone())
     } else if let Some(e) = &f.step_failure {
         Cond::yes(condition::DEGRADED, e.reason(), e.message.clone())
@@ -614,6 +623,21 @@ mod tests {
         assert_eq!(state, ClusterState::Degraded);
         assert_eq!(reason.as_deref(), Some("PodUnschedulable"));
         assert!(message.unwrap().contains("0/3 nodes are available"));
+    }
+
+    #[test]
+    fn a_pod_that_cannot_be_created_degrades_with_the_api_servers_words() {
+        let mut f = healthy();
+        f.topology.missing_replicas = 1;
+        f.pod_creation_failed = Some(format!(
+            "{POD_CREATION_FAILED_PREFIX}ValkeyNode c-0-1: violates PodSecurity"
+        ));
+        let c = conditions(&f);
+        assert_eq!(get(&c, condition::DEGRADED).reason, "NodeAddFailed");
+        let (state, reason, message) = derive_state(&c);
+        assert_eq!(state, ClusterState::Degraded);
+        assert_eq!(reason.as_deref(), Some("NodeAddFailed"));
+        assert!(message.unwrap().contains("violates PodSecurity"));
     }
 
     #[test]

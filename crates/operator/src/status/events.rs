@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use valkey_api::ValkeyClusterStatus;
 use valkey_api::status::{ShardStatus, condition, event};
 
-use super::assess::{FAILOVER_STUCK, NOT_ENOUGH_MEMORY, reason};
+use super::assess::{FAILOVER_STUCK, NOT_ENOUGH_MEMORY, POD_CREATION_FAILED_PREFIX, reason};
 use super::conditions::{find, is_true};
 
 /// An event to publish on the ValkeyCluster.
@@ -51,7 +51,8 @@ fn entered(old: &[Condition], new: &[Condition], type_: &str) -> bool {
 /// Ready turns True, `InvalidConfig`, `ResizeInfeasible` or `GracePeriodTooShort` when
 /// ConfigurationWarning turns True or its message changes,
 /// `PodUnschedulable` when the cluster becomes Degraded for that reason, `InvalidTLSSecret`
-/// when the TLS Secret becomes unusable (or unusable in another way), `ShardRestarted` when
+/// when the TLS Secret becomes unusable (or unusable in another way), `PodCreationFailed` when
+/// the cluster becomes Degraded because a pod cannot be created, `ShardRestarted` when
 /// every copy of a shard was down at once (each time anew), `UsersACLError` when a
 /// user is held out of the ACL file (or another problem is), `DrainFailed` when a
 /// drain is held back for lack of memory, `FailoverFailed` when a shard's failover is stuck (see
@@ -108,6 +109,21 @@ pub fn transition_events(
         out.push(EventSpec::warning(
             event::INVALID_TLS_SECRET,
             "Validate",
+            c.message.clone(),
+        ));
+    }
+    if let Some(c) = find(nc, condition::DEGRADED).filter(|c| c.status == "True")
+        && c.reason == reason::NODE_ADD_FAILED
+        && c.message.starts_with(POD_CREATION_FAILED_PREFIX)
+        && !find(oc, condition::DEGRADED).is_some_and(|o| {
+            o.status == "True"
+                && o.reason == c.reason
+                && o.message.starts_with(POD_CREATION_FAILED_PREFIX)
+        })
+    {
+        out.push(EventSpec::warning(
+            event::POD_CREATION_FAILED,
+            "CreatePod",
             c.message.clone(),
         ));
     }
@@ -286,6 +302,31 @@ mod tests {
             reasons(&transition_events(Some(&expired), &mismatch)),
             ["InvalidTLSSecret"]
         );
+    }
+
+    #[test]
+    fn pod_creation_failed_once_per_entry() {
+        let ok = status(&[Cond::no("Degraded", "ClusterHealthy", "")], &[]);
+        let bad = |m: &str| {
+            status(
+                &[Cond::yes(
+                    "Degraded",
+                    "NodeAddFailed",
+                    format!("{POD_CREATION_FAILED_PREFIX}{m}"),
+                )],
+                &[],
+            )
+        };
+        assert_eq!(
+            reasons(&transition_events(Some(&ok), &bad("a"))),
+            ["PodCreationFailed"]
+        );
+        assert!(transition_events(Some(&bad("a")), &bad("b")).is_empty());
+        let meet = status(
+            &[Cond::yes("Degraded", "NodeAddFailed", "MEET failed")],
+            &[],
+        );
+        assert!(transition_events(Some(&ok), &meet).is_empty());
     }
 
     #[test]

@@ -12,8 +12,8 @@ use valkey_api::ValkeyClusterStatus;
 use valkey_api::status::ShardStatus;
 
 pub use assess::{
-    Activity, Child, ChildFailure, FAILOVER_STUCK, Facts, FailureKind, NOT_ENOUGH_MEMORY, Progress,
-    StepFailure, TopologyFacts, reason,
+    Activity, Child, ChildFailure, FAILOVER_STUCK, Facts, FailureKind, NOT_ENOUGH_MEMORY,
+    POD_CREATION_FAILED_PREFIX, Progress, StepFailure, TopologyFacts, reason,
 };
 pub use conditions::Cond;
 pub use events::{EventSpec, transition_events};
