@@ -37,6 +37,13 @@ pub const PERSISTENCE_REQUIRES_STATEFULSET_MESSAGE: &str = "spec.persistence req
 pub const PERSISTENCE_ADD_REMOVE_MESSAGE: &str = "spec.persistence cannot be added or removed \
      after creation: restore the previous setting (create a new ValkeyCluster to change it)";
 
+/// Message: TLS turned on or off on a live cluster.
+pub const TLS_TOGGLE_MESSAGE: &str = "spec.networking.tls cannot be turned on or off after \
+     creation: every client, the cluster bus and replication would have to switch at the same \
+     moment. Restore the previous setting, and create a new ValkeyCluster with the TLS setting \
+     you want, then move your clients and data to it (the certificate itself can be rotated \
+     at any time by updating the Secret)";
+
 /// A Valkey cluster (cluster mode): `shards` primaries, each with `replicas` replicas, with
 /// slot allocation, failovers, rolling updates and ACLs managed by the operator.
 // kube printcolumn attributes repeat `type_ = ...`, which this lint misreads.
@@ -62,6 +69,7 @@ pub const PERSISTENCE_ADD_REMOVE_MESSAGE: &str = "spec.persistence cannot be add
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("!has(self.persistence) || self.workloadType == 'StatefulSet'").message(PERSISTENCE_REQUIRES_STATEFULSET_MESSAGE))]
 #[x_kube(validation = kube::core::Rule::new("has(self.persistence) == has(oldSelf.persistence)").message(PERSISTENCE_ADD_REMOVE_MESSAGE))]
+#[x_kube(validation = kube::core::Rule::new("(has(self.networking) && has(self.networking.tls)) == (has(oldSelf.networking) && has(oldSelf.networking.tls))").message(TLS_TOGGLE_MESSAGE))]
 pub struct ValkeyClusterSpec {
     /// Valkey container image. Defaults to `valkey/valkey:9.0.0`. Graceful primary handoff on
     /// SIGTERM needs Valkey 9.0 or later. A new image is first checked by a short-lived pod

@@ -84,6 +84,9 @@ pub mod reason {
     /// once, so it serves only what its files held; the message names the shard, the time and
     /// what the persistence settings kept.
     pub const SHARD_RESTARTED: &str = "ShardRestarted";
+    /// ConfigurationWarning=True: a user's rules allow `ACL SETUSER`, so it can change the
+    /// operator's system users and lock the operator out; the message names the users.
+    pub const USER_CAN_CHANGE_ACLS: &str = "UserCanChangeACLs";
 }
 
 /// Event reasons (see the status contract): on the ValkeyCluster unless noted.
@@ -166,6 +169,8 @@ pub mod event {
     pub const INVALID_CONFIG: &str = "InvalidConfig";
     /// The TLS Secret became unusable (Warning).
     pub const INVALID_TLS_SECRET: &str = "InvalidTLSSecret";
+    /// A user's rules allow changing ACLs (Warning).
+    pub const USER_CAN_CHANGE_ACLS: &str = "UserCanChangeACLs";
     /// A ValkeyNode's claim cannot grow to the requested size (Warning).
     pub const RESIZE_INFEASIBLE: &str = "ResizeInfeasible";
     /// Every copy of a shard was down at once: acknowledged writes its files did not hold are

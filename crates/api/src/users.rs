@@ -27,6 +27,10 @@ pub const PASSWORD_KEYS_MESSAGE: &str =
 /// Message: whitespace inside an ACL pattern or command.
 pub const TOKEN_MESSAGE: &str = "ACL commands, key patterns and channel patterns must be \
      non-empty and contain no whitespace: split them into separate list entries";
+/// Message: a password token in `permissions`.
+pub const PERMISSIONS_PASSWORD_MESSAGE: &str = "spec.users[].permissions must not set or reset \
+     passwords (tokens starting with >, <, # or !, and nopass, resetpass, reset): put the \
+     password in a Secret and name it in passwordSecret, or set nopass: true";
 /// Message: line break in `permissions`.
 pub const PERMISSIONS_MESSAGE: &str =
     "spec.users[].permissions must not contain line breaks: write the ACL rules on one line";
@@ -78,6 +82,7 @@ pub struct UserSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4096))]
     #[x_kube(validation = Rule::new(r"!self.contains('\n') && !self.contains('\r')").message(PERMISSIONS_MESSAGE))]
+    #[x_kube(validation = Rule::new(r"!self.matches('(^|\\s)([<>#!]|(nopass|resetpass|reset)(\\s|$))')").message(PERMISSIONS_PASSWORD_MESSAGE))]
     pub permissions: Option<String>,
 }
 

@@ -150,6 +150,11 @@ fn cases() -> Vec<Case> {
         ),
         ok("max-shards", json!({"shards": 16384})),
         ok(
+            "user-perms-hash-bang-in-patterns",
+            with_users(json!([{"name": "a", "nopass": true,
+                               "permissions": "+@all -@dangerous ~app:#* &news! -acl|setuser"}])),
+        ),
+        ok(
             "explicit-zero-replicas",
             json!({"shards": 1, "replicas": 0}),
         ),
@@ -427,6 +432,26 @@ fn cases() -> Vec<Case> {
             users::PERMISSIONS_MESSAGE,
         ),
         bad(
+            "user-permissions-password",
+            with_users(json!([{"name": "a", "permissions": "+@all ~* >secret"}])),
+            users::PERMISSIONS_PASSWORD_MESSAGE,
+        ),
+        bad(
+            "user-permissions-hash",
+            with_users(json!([{"name": "a", "permissions": "#0123abcd +get"}])),
+            users::PERMISSIONS_PASSWORD_MESSAGE,
+        ),
+        bad(
+            "user-permissions-nopass",
+            with_users(json!([{"name": "a", "permissions": "+@read nopass"}])),
+            users::PERMISSIONS_PASSWORD_MESSAGE,
+        ),
+        bad(
+            "user-permissions-reset",
+            with_users(json!([{"name": "a", "permissions": "reset +@all"}])),
+            users::PERMISSIONS_PASSWORD_MESSAGE,
+        ),
+        bad(
             "config-port",
             with_config("port", "7000"),
             config::OWNED_KEY_MESSAGE,
@@ -595,6 +620,23 @@ fn cases() -> Vec<Case> {
             persisted("1Gi", None),
             json!({"shards": 1}),
             cluster::PERSISTENCE_ADD_REMOVE_MESSAGE,
+        ),
+        upd_bad(
+            "tls-turned-on",
+            json!({"shards": 1}),
+            json!({"shards": 1, "networking": {"tls": {"certificate": {"secretName": "c"}}}}),
+            cluster::TLS_TOGGLE_MESSAGE,
+        ),
+        upd_bad(
+            "tls-turned-off",
+            json!({"shards": 1, "networking": {"tls": {"certificate": {"secretName": "c"}}}}),
+            json!({"shards": 1, "networking": {}}),
+            cluster::TLS_TOGGLE_MESSAGE,
+        ),
+        upd_ok(
+            "tls-certificate-secret-renamed",
+            json!({"shards": 1, "networking": {"tls": {"certificate": {"secretName": "c"}}}}),
+            json!({"shards": 1, "networking": {"tls": {"certificate": {"secretName": "d"}}}}),
         ),
         upd_ok(
             "persistence-grows",

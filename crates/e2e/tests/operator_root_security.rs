@@ -10,6 +10,10 @@
 //! the ValkeyCluster says so within seconds (Degraded `NodeAddFailed` with the API server's
 //! words, one `PodCreationFailed` event), and is Ready once the sidecar states one.
 //!
+//! The cluster's app user (`+@all`) is warned about (ConfigurationWarning `UserCanChangeACLs`);
+//! when it deletes the operator's user on the server, the status names the pod and the
+//! remedy (Ready `SystemUsersACLError`), and a restart of the pod restores the system users.
+//!
 //! Then the upgrade from a version without security contexts: the namespace relaxed to
 //! `baseline`, the cluster's pods run as root as theirs did (`podSecurityContext` and
 //! `securityContext` set to run as root without restrictions; the image's entrypoint still
@@ -212,6 +216,57 @@ async fn operator_root_security_restricted_by_default_and_upgrade_from_root() ->
     )
     .await?;
     wait_ready(&client, side, 1, Duration::from_secs(120)).await?;
+
+    // A user allowed to change ACLs is warned about; when it locks the operator out of a
+    // server, the status names the pod and the remedy, and a restart of the pod restores the
+    // system users from the ACL file.
+    let warned = vcs.get(NAME).await?.status.unwrap_or_default();
+    ensure!(
+        warned
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "ConfigurationWarning"
+                && c.status == "True"
+                && c.reason == "UserCanChangeACLs"
+                && c.message.contains("users app ")),
+        "no UserCanChangeACLs warning: {:?}",
+        warned.conditions
+    );
+    {
+        let mut c = node_conn(&ip, "app", PW).await?;
+        // Deleting the user also closes the operator's open connections (a password change
+        // would only show at its next connection).
+        let _: i64 = redis::cmd("ACL")
+            .arg("DELUSER")
+            .arg("_operator")
+            .query_async(&mut c)
+            .await?;
+    }
+    let t = Instant::now();
+    loop {
+        let s = vcs.get(NAME).await?.status.unwrap_or_default();
+        if let Some(c) = s.conditions.iter().find(|c| {
+            c.type_ == "Ready" && c.reason == "SystemUsersACLError" && c.message.contains(&pod)
+        }) {
+            eprintln!(
+                "MEASURE system user changed on the server -> reported: {:.1}s ({})",
+                t.elapsed().as_secs_f64(),
+                c.message
+            );
+            break;
+        }
+        ensure!(
+            t.elapsed() < Duration::from_secs(60),
+            "the refused credentials were not reported: {:?}",
+            s.conditions
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS)
+        .delete(&pod, &Default::default())
+        .await?;
+    let (_, uid, ip) = wait_rolled(&client, &uid).await?;
+    ensure!(count_keys(&ip).await? == KEYS, "keys lost in the restart");
 
     // As a version without security contexts ran it: root, no restrictions.
     label_namespace(&client, "baseline").await?;

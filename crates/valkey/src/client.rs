@@ -107,6 +107,12 @@ impl ClientError {
         matches!(self, Self::Connection { source, .. } if source.is_connection_refusal())
     }
 
+    /// Whether the server refused the credentials (a wrong password, or a user that is off or
+    /// deleted).
+    pub fn is_auth(&self) -> bool {
+        matches!(self, Self::Auth { .. })
+    }
+
     /// Whether the node could not be reached or the connection broke (not an error reply).
     pub fn is_unreachable(&self) -> bool {
         matches!(self, Self::Connection { .. } | Self::Timeout { .. })

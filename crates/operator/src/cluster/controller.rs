@@ -413,6 +413,8 @@ fn facts(
             .iter()
             .find_map(observe::unschedulable_message),
         pod_creation_failed: observed.nodes.iter().find_map(observe::pod_creation_failure),
+        acl_admin_warning: crate::render::acl::acl_admin_warning(spec),
+        system_users_refused: observe::system_users_refused(&observed.topology),
         unready_pods: observe::unready(&observed.pods, layout(vc)),
         shard_restart: crate::status::shard_restart::shard_restart(
             observed

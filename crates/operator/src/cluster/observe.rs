@@ -313,6 +313,24 @@ pub fn unready(pods: &[Pod], layout: Layout) -> Vec<String> {
     names
 }
 
+/// The first pod whose server refuses the operator's credentials, as the Ready message with
+/// the remedy: its system users were changed on the server (by a user allowed to change ACLs).
+pub fn system_users_refused(topology: &Topology) -> Option<String> {
+    let m = topology
+        .members()
+        .iter()
+        .find(|m| m.auth_refused.is_some())?;
+    Some(format!(
+        "pod {} refuses the operator's credentials ({}): its system users were changed on the \
+         server, so the operator cannot manage it; restart the pod (kubectl delete pod {}: the \
+         server reloads the ACL file when it starts) or run ACL LOAD on it as a user allowed \
+         to, and keep user rules from changing ACLs (-@admin)",
+        m.pod,
+        m.auth_refused.as_deref().unwrap_or_default(),
+        m.pod
+    ))
+}
+
 /// Why a ValkeyNode's pod cannot be created (its Ready condition, reason `PodCreationFailed`),
 /// as the Degraded message.
 pub fn pod_creation_failure(node: &ValkeyNode) -> Option<String> {

@@ -211,6 +211,7 @@ mod tests {
                 .parse()
                 .expect("address"),
             refused: false,
+            auth_refused: None,
             view: Some(view),
         }
     }

@@ -154,6 +154,60 @@ pub fn user_rules(user: &UserSpec) -> Vec<String> {
     rules
 }
 
+/// Whether `rules` (as [`user_rules`] gives them, in order) leave the user allowed to run
+/// `ACL SETUSER`: then it can change or delete the operator's system users and lock the
+/// operator out. `ACL SETUSER` is in `@admin`, `@dangerous` and `@slow`; the last rule that
+/// names it or one of its categories decides.
+pub fn may_change_acls(rules: &[String]) -> bool {
+    const GRANTS: &[&str] = &[
+        "@all",
+        "@admin",
+        "@dangerous",
+        "@slow",
+        "acl",
+        "acl|setuser",
+    ];
+    let mut allowed = false;
+    for r in rules {
+        let r = r.to_ascii_lowercase();
+        match r.as_str() {
+            "allcommands" => allowed = true,
+            "nocommands" => allowed = false,
+            _ => {
+                if let Some(name) = r.strip_prefix('+')
+                    && GRANTS.contains(&name)
+                {
+                    allowed = true;
+                } else if let Some(name) = r.strip_prefix('-')
+                    && GRANTS.contains(&name)
+                {
+                    allowed = false;
+                }
+            }
+        }
+    }
+    allowed
+}
+
+/// The users of `spec` whose rules allow changing ACLs ([`may_change_acls`]): the warning.
+pub fn acl_admin_warning(spec: &valkey_api::ValkeyClusterSpec) -> Option<String> {
+    let names: Vec<&str> = spec
+        .users
+        .iter()
+        .flatten()
+        .filter(|u| may_change_acls(&user_rules(u)))
+        .map(|u| u.name.as_str())
+        .collect();
+    (!names.is_empty()).then(|| {
+        format!(
+            "users {} may run ACL SETUSER/DELUSER/LOAD: they can change or delete the \
+             operator's system users and lock it out of the cluster; add -@admin (or -acl) to \
+             their rules unless they administer ACLs on purpose",
+            names.join(", ")
+        )
+    })
+}
+
 /// The ACL line of one user. `passwords` are the resolved plain passwords (hashed here).
 pub fn user_line(user: &UserSpec, passwords: &[String]) -> String {
     let mut rules: Vec<String> = vec!["reset".into(), "on".into()];
@@ -347,6 +401,35 @@ mod tests {
         assert_eq!(user_rules(&users[1]), ["+@all", "~*", "&*"]);
         let line = user_line(&users[0], &["pw".to_owned()]);
         assert!(line.ends_with(&user_rules(&users[0]).join(" ")), "{line}");
+    }
+
+    #[test]
+    fn acl_rights_follow_the_last_rule_that_names_them() {
+        let r = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        for yes in [
+            "+@all ~*",
+            "allcommands",
+            "+@slow",
+            "+acl",
+            "-@all +acl|setuser",
+            "-@admin +@dangerous",
+        ] {
+            assert!(may_change_acls(&r(yes)), "{yes}");
+        }
+        for no in [
+            "+@read ~*",
+            "+@all -@admin",
+            "+@all -acl",
+            "+@all nocommands +get",
+            "+@all -@slow",
+        ] {
+            assert!(!may_change_acls(&r(no)), "{no}");
+        }
+        let spec = spec(serde_json::json!({"shards": 1, "users": [
+            {"name": "ops", "nopass": true, "permissions": "+@all ~*"},
+            {"name": "app", "nopass": true, "permissions": "+@all -@admin ~*"}]}));
+        let w = acl_admin_warning(&spec).unwrap();
+        assert!(w.starts_with("users ops may run ACL SETUSER"), "{w}");
     }
 
     #[test]

@@ -33,8 +33,10 @@ pub fn liveness_command() -> Vec<String> {
 /// nodes. Shared with the `preStop` hook (`render/handover.rs`) and the start script
 /// (`render/start.rs`).
 pub fn cli_prelude(tls: bool) -> String {
+    // The certificate chain is verified against the cluster's CA (valkey-cli checks no host
+    // name, and pods are dialled by IP): the password goes only to a server of the cluster.
     let tls_flags = if tls {
-        format!(" --tls --insecure --cacert {TLS_DIR}/ca.crt")
+        format!(" --tls --cacert {TLS_DIR}/ca.crt")
     } else {
         String::new()
     };
@@ -93,12 +95,18 @@ mod tests {
             .replace(&format!("-p {VALKEY_PORT}"), &format!("-p {port}"));
         let path = dir.join("probe.sh");
         std::fs::write(&path, script).unwrap();
-        std::process::Command::new("sh")
+        let out = std::process::Command::new("sh")
             .arg(&path)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap()
-            .success()
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            eprintln!(
+                "probe failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        out.status.success()
     }
 
     #[test]
@@ -150,6 +158,10 @@ mod tests {
         let ca_key = KeyPair::generate().unwrap();
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        // A subject of its own: a leaf with the issuer's subject looks self-signed to OpenSSL.
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "probe test CA");
         let ca = ca_params.self_signed(&ca_key).unwrap();
         let issuer = Issuer::new(ca_params, ca_key);
         let key = KeyPair::generate().unwrap();

@@ -201,6 +201,10 @@ pub struct Facts {
     pub pod_creation_failed: Option<String>,
     /// Explicit grace period below the recommended minimum: the warning message.
     pub grace_period_warning: Option<String>,
+    /// Users whose rules allow changing ACLs: the warning message.
+    pub acl_admin_warning: Option<String>,
+    /// A server that refuses the operator's credentials: the message with the remedy.
+    pub system_users_refused: Option<String>,
     /// `spec.config`/`spec.image` refused by the server's dry run: the warning message.
     pub invalid_config: Option<String>,
     /// What is wrong with the TLS Secret, when something is.
@@ -278,6 +282,12 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
 
     let ready = if let Some(e) = &f.apply_error {
         Cond::no(condition::READY, e.reason(), e.message.clone())
+    } else if let Some(msg) = &f.system_users_refused {
+        Cond::no(
+            condition::READY,
+            reason::SYSTEM_USERS_ACL_ERROR,
+            msg.clone(),
+        )
     } else if let Some(msg) = &f.unschedulable {
         Cond::no(condition::READY, reason::POD_UNSCHEDULABLE, msg.clone())
     } else if !formed.status {
@@ -408,6 +418,7 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
         (reason::INVALID_CONFIG, &f.invalid_config),
         (reason::RESIZE_INFEASIBLE, &f.resize_infeasible),
         (reason::GRACE_PERIOD_TOO_SHORT, &f.grace_period_warning),
+        (reason::USER_CAN_CHANGE_ACLS, &f.acl_admin_warning),
     ]
     .into_iter()
     .filter_map(|(r, m)| Some((r, m.as_ref()?)))
@@ -638,6 +649,16 @@ mod tests {
         assert_eq!(state, ClusterState::Degraded);
         assert_eq!(reason.as_deref(), Some("NodeAddFailed"));
         assert!(message.unwrap().contains("violates PodSecurity"));
+    }
+
+    #[test]
+    fn a_server_refusing_the_operator_is_named_with_the_remedy() {
+        let mut f = healthy();
+        f.system_users_refused = Some("pod c-0-0 refuses the operator's credentials".into());
+        let c = conditions(&f);
+        let ready = get(&c, condition::READY);
+        assert_eq!(ready.reason, "SystemUsersACLError");
+        assert!(ready.message.contains("c-0-0"));
     }
 
     #[test]

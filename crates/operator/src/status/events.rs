@@ -82,6 +82,7 @@ pub fn transition_events(
             reason::INVALID_CONFIG => Some(event::INVALID_CONFIG),
             reason::RESIZE_INFEASIBLE => Some(event::RESIZE_INFEASIBLE),
             reason::GRACE_PERIOD_TOO_SHORT => Some(event::GRACE_PERIOD_TOO_SHORT),
+            reason::USER_CAN_CHANGE_ACLS => Some(event::USER_CAN_CHANGE_ACLS),
             _ => None,
         };
         out.extend(r.map(|r| EventSpec::warning(r, "Validate", c.message.clone())));

@@ -94,14 +94,17 @@ pub const REPLICATION_RULES_V9: &[&str] = &[
     "+cluster|syncslots",
 ];
 
-/// Read-only introspection used by redis_exporter; no key access.
+/// Read-only introspection used by redis_exporter and the pods' probes, hook and start
+/// script; no key access, and nothing that returns a secret or data: not `CONFIG GET` (it
+/// returns `primaryauth`, the replication user's password) nor `SLOWLOG GET` (it returns the
+/// arguments of slow commands: keys and values). redis_exporter then exports no
+/// `redis_config_*` and no last-slow-command figures; `redis_slowlog_length` stays.
 pub const EXPORTER_COMMANDS: &[&str] = &[
     "+info",
     "+ping",
     "+echo",
     "+role",
     "+dbsize",
-    "+config|get",
     "+cluster|info",
     "+cluster|nodes",
     "+cluster|shards",
@@ -110,7 +113,6 @@ pub const EXPORTER_COMMANDS: &[&str] = &[
     "+client|info",
     "+client|setinfo",
     "+client|setname",
-    "+slowlog|get",
     "+slowlog|len",
     "+latency|latest",
     "+latency|histogram",

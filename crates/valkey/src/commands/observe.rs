@@ -80,12 +80,16 @@ pub struct Position {
 pub async fn observe_topology(pool: &NodePool, positions: Vec<Position>) -> Topology {
     let members = futures::future::join_all(positions.into_iter().map(|p| async move {
         let addr = p.addr.to_string();
-        let (view, refused) = match observe_node(pool, &addr).await {
-            Ok(o) => (Some(o.into()), false),
+        let (view, refused, auth_refused) = match observe_node(pool, &addr).await {
+            Ok(o) => (Some(o.into()), false, None),
             Err(e) => {
                 tracing::debug!(pod = %p.pod, %addr, error = %e, "node not observable");
                 let refused = matches!(&e, CommandError::Client(c) if c.is_connection_refused());
-                (None, refused)
+                let auth = match &e {
+                    CommandError::Client(c) if c.is_auth() => Some(c.to_string()),
+                    _ => None,
+                };
+                (None, refused, auth)
             }
         };
         Member {
@@ -95,6 +99,7 @@ pub async fn observe_topology(pool: &NodePool, positions: Vec<Position>) -> Topo
             addr: p.addr,
             view,
             refused,
+            auth_refused,
         }
     }))
     .await;

@@ -112,6 +112,8 @@ pub struct Member {
     pub view: Option<NodeView>,
     /// The connection was refused: the server process is not running.
     pub refused: bool,
+    /// The server refused the operator's credentials: its error reply.
+    pub auth_refused: Option<String>,
 }
 
 impl Member {

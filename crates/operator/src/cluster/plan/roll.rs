@@ -286,6 +286,7 @@ mod tests {
                 pod: format!("pod-{shard}-{index}"),
                 addr: format!("{ip}:6379").parse().expect("address"),
                 refused: false,
+                auth_refused: None,
                 view: Some(view),
             }
         };
@@ -468,6 +469,7 @@ mod tests {
             pod: "pod-2-0".into(),
             addr: "10.0.0.5:6379".parse().unwrap(),
             refused: false,
+            auth_refused: None,
             view: Some(NodeView::from_nodes(ClusterNodes::parse(text).unwrap())),
         });
         let nodes = vec![vnode(2, 0, true, false)];

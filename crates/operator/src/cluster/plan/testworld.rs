@@ -60,6 +60,7 @@ pub fn unreachable(n: u32, shard: i32, index: i32, refused: bool) -> Member {
         addr: addr(n),
         view: None,
         refused,
+        auth_refused: None,
     }
 }
 
@@ -132,6 +133,7 @@ pub fn world(nodes: &[N], known: &[u32]) -> Topology {
                     pod: format!("pod-{}-{}", x.shard, x.index),
                     addr: addr(x.n),
                     refused: false,
+                    auth_refused: None,
                     view: Some(view),
                 }
             })
