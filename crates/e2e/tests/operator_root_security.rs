@@ -27,9 +27,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use support::*;
 
 const NAME: &str = "sec";
@@ -81,14 +80,6 @@ async fn wait_rolled(client: &Client, old_uid: &str) -> anyhow::Result<(String, 
         ensure!(Instant::now() < deadline, "the pod never rolled");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-async fn label_namespace(client: &Client, level: &str) -> anyhow::Result<()> {
-    let patch = serde_json::json!({"metadata": {"labels": {RESTRICTED_LABEL.0: level}}});
-    Api::<Namespace>::all(client.clone())
-        .patch(NS, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
 }
 
 async fn count_keys(ip: &str) -> anyhow::Result<usize> {
@@ -269,7 +260,7 @@ async fn operator_root_security_restricted_by_default_and_upgrade_from_root() ->
     ensure!(count_keys(&ip).await? == KEYS, "keys lost in the restart");
 
     // As a version without security contexts ran it: root, no restrictions.
-    label_namespace(&client, "baseline").await?;
+    enforce_pod_security(&client, NS, "baseline").await?;
     patch_spec(
         &client,
         NAME,
@@ -300,7 +291,7 @@ async fn operator_root_security_restricted_by_default_and_upgrade_from_root() ->
     eprintln!("legacy /data:\n{out}");
 
     // The upgrade: back to the defaults, in a restricted namespace.
-    label_namespace(&client, "restricted").await?;
+    enforce_pod_security(&client, NS, "restricted").await?;
     patch_spec(
         &client,
         NAME,

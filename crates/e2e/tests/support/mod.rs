@@ -114,9 +114,13 @@ pub const RESTRICTED_LABEL: (&str, &str) = ("pod-security.kubernetes.io/enforce"
 
 /// Labels namespace `ns` with [`RESTRICTED_LABEL`].
 pub async fn enforce_restricted(client: &Client, ns: &str) -> anyhow::Result<()> {
+    enforce_pod_security(client, ns, RESTRICTED_LABEL.1).await
+}
+
+/// Makes namespace `ns` enforce the Pod Security `level` (`restricted`, `baseline`, ...).
+pub async fn enforce_pod_security(client: &Client, ns: &str, level: &str) -> anyhow::Result<()> {
     use k8s_openapi::api::core::v1::Namespace;
-    let patch =
-        serde_json::json!({"metadata": {"labels": {RESTRICTED_LABEL.0: RESTRICTED_LABEL.1}}});
+    let patch = serde_json::json!({"metadata": {"labels": {RESTRICTED_LABEL.0: level}}});
     Api::<Namespace>::all(client.clone())
         .patch(
             ns,

@@ -373,26 +373,6 @@ fn progress(
     })
 }
 
-/// The shards that had data to lose: those the last status showed with a primary or slots, and
-/// every shard while a loss is being reported (a shard whose copies are all down shows
-/// neither).
-fn served_shards(vc: &ValkeyCluster) -> std::collections::BTreeSet<i32> {
-    let Some(status) = &vc.status else {
-        return std::collections::BTreeSet::new();
-    };
-    let reporting = status.conditions.iter().any(|c| {
-        c.type_ == valkey_api::status::condition::DEGRADED
-            && c.status == "True"
-            && c.reason == crate::status::reason::SHARD_RESTARTED
-    });
-    status
-        .shard_statuses
-        .iter()
-        .filter(|s| reporting || s.primary_pod.is_some() || !s.slots.is_empty())
-        .map(|s| s.index)
-        .collect()
-}
-
 fn facts(
     vc: &ValkeyCluster,
     observed: &Observed,
@@ -421,7 +401,7 @@ fn facts(
                 .pods
                 .iter()
                 .filter_map(|p| Some((observe::position(p)?.0, p))),
-            &served_shards(vc),
+            &crate::status::shard_restart::served_shards(vc.status.as_ref()),
             spec,
             Timestamp::now(),
         ),

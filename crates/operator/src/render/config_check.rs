@@ -18,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use sha2::{Digest, Sha256};
 use valkey_api::{ValkeyClusterSpec, labels};
 
+use super::pod::{TMP_DIR, volumes};
 use super::{config, names, security};
 
 /// Environment variable carrying the lines to check.
@@ -119,7 +120,7 @@ pub fn check_pod(
             )),
             // The check writes only here: the root filesystem is read-only.
             volumes: Some(vec![Volume {
-                name: "tmp".into(),
+                name: volumes::TMP.into(),
                 empty_dir: Some(EmptyDirVolumeSource::default()),
                 ..Default::default()
             }]),
@@ -137,8 +138,8 @@ pub fn check_pod(
                     spec.security_context.as_ref(),
                 )),
                 volume_mounts: Some(vec![VolumeMount {
-                    name: "tmp".into(),
-                    mount_path: "/tmp".into(),
+                    name: volumes::TMP.into(),
+                    mount_path: TMP_DIR.into(),
                     ..Default::default()
                 }]),
                 resources: Some(ResourceRequirements {

@@ -43,6 +43,26 @@ impl EventSpec {
     }
 }
 
+/// A Warning event's reason and action.
+type Warning = (&'static str, &'static str);
+
+/// The new `type_` condition when it has `status` and `reports` something, unless the old one
+/// reported it already (with the same message, when `per_message`).
+fn newly<'a>(
+    old: &[Condition],
+    new: &'a [Condition],
+    type_: &str,
+    status: &str,
+    reports: &dyn Fn(&Condition) -> bool,
+    per_message: bool,
+) -> Option<&'a Condition> {
+    let c = find(new, type_).filter(|c| c.status == status && reports(c))?;
+    let was = find(old, type_).is_some_and(|o| {
+        o.status == status && reports(o) && (!per_message || o.message == c.message)
+    });
+    (!was).then_some(c)
+}
+
 fn entered(old: &[Condition], new: &[Condition], type_: &str) -> bool {
     is_true(new, type_) && !is_true(old, type_)
 }
@@ -87,95 +107,73 @@ pub fn transition_events(
         };
         out.extend(r.map(|r| EventSpec::warning(r, "Validate", c.message.clone())));
     }
-    if let Some(c) = find(nc, condition::DEGRADED).filter(|c| c.status == "True")
-        && c.reason == reason::REBALANCE_FAILED
-        && c.message.starts_with(NOT_ENOUGH_MEMORY)
-    {
-        let was = find(oc, condition::DEGRADED).is_some_and(|o| {
-            o.status == "True" && o.reason == c.reason && o.message.starts_with(NOT_ENOUGH_MEMORY)
-        });
-        if !was {
-            out.push(EventSpec::warning(
-                event::DRAIN_FAILED,
-                "PreflightDrain",
-                c.message.clone(),
-            ));
+    let mut warn = |type_: &str,
+                    status: &str,
+                    reports: &dyn Fn(&Condition) -> bool,
+                    per_message: bool,
+                    (reason, action): Warning| {
+        if let Some(c) = newly(oc, nc, type_, status, reports, per_message) {
+            out.push(EventSpec::warning(reason, action, c.message.clone()));
         }
-    }
-    if let Some(c) = find(nc, condition::DEGRADED).filter(|c| c.status == "True")
-        && c.reason == reason::INVALID_TLS_SECRET
-        && !find(oc, condition::DEGRADED)
-            .is_some_and(|o| o.status == "True" && o.reason == c.reason && o.message == c.message)
-    {
-        out.push(EventSpec::warning(
-            event::INVALID_TLS_SECRET,
-            "Validate",
-            c.message.clone(),
-        ));
-    }
-    if let Some(c) = find(nc, condition::DEGRADED).filter(|c| c.status == "True")
-        && c.reason == reason::NODE_ADD_FAILED
-        && c.message.starts_with(POD_CREATION_FAILED_PREFIX)
-        && !find(oc, condition::DEGRADED).is_some_and(|o| {
-            o.status == "True"
-                && o.reason == c.reason
-                && o.message.starts_with(POD_CREATION_FAILED_PREFIX)
-        })
-    {
-        out.push(EventSpec::warning(
-            event::POD_CREATION_FAILED,
-            "CreatePod",
-            c.message.clone(),
-        ));
-    }
-    if let Some(c) = find(nc, condition::DEGRADED).filter(|c| c.status == "True")
-        && c.reason == reason::SHARD_RESTARTED
-        && !find(oc, condition::DEGRADED)
-            .is_some_and(|o| o.status == "True" && o.reason == c.reason && o.message == c.message)
-    {
-        out.push(EventSpec::warning(
-            event::SHARD_RESTARTED,
-            "Observe",
-            c.message.clone(),
-        ));
-    }
-    if let Some(c) = find(nc, condition::READY).filter(|c| c.status == "False")
-        && c.reason == reason::USERS_ACL_ERROR
-        && !find(oc, condition::READY)
-            .is_some_and(|o| o.status == "False" && o.reason == c.reason && o.message == c.message)
-    {
-        out.push(EventSpec::warning(
-            event::USERS_ACL_ERROR,
-            "Validate",
-            c.message.clone(),
-        ));
-    }
-    if let Some(c) = find(nc, condition::DEGRADED).filter(|c| c.status == "True")
-        && c.reason == reason::POD_UNSCHEDULABLE
-    {
-        let was = find(oc, condition::DEGRADED)
-            .is_some_and(|o| o.status == "True" && o.reason == reason::POD_UNSCHEDULABLE);
-        if !was {
-            out.push(EventSpec::warning(
-                event::POD_UNSCHEDULABLE,
-                "Schedule",
-                c.message.clone(),
-            ));
-        }
-    }
-    if let Some(c) = find(nc, condition::CLUSTER_FORMED)
-        .filter(|c| c.status == "False" && c.message.starts_with(FAILOVER_STUCK))
-    {
-        let was = find(oc, condition::CLUSTER_FORMED)
-            .is_some_and(|o| o.status == "False" && o.message.starts_with(FAILOVER_STUCK));
-        if !was {
-            out.push(EventSpec::warning(
-                event::FAILOVER_FAILED,
-                "WaitForFailover",
-                c.message.clone(),
-            ));
-        }
-    }
+    };
+    let (degraded, ready, formed) = (
+        condition::DEGRADED,
+        condition::READY,
+        condition::CLUSTER_FORMED,
+    );
+    let is = |r: &'static str| move |c: &Condition| c.reason == r;
+    let starts = |r: &'static str, prefix: &'static str| {
+        move |c: &Condition| c.reason == r && c.message.starts_with(prefix)
+    };
+    warn(
+        degraded,
+        "True",
+        &starts(reason::REBALANCE_FAILED, NOT_ENOUGH_MEMORY),
+        false,
+        (event::DRAIN_FAILED, "PreflightDrain"),
+    );
+    warn(
+        degraded,
+        "True",
+        &is(reason::INVALID_TLS_SECRET),
+        true,
+        (event::INVALID_TLS_SECRET, "Validate"),
+    );
+    warn(
+        degraded,
+        "True",
+        &starts(reason::NODE_ADD_FAILED, POD_CREATION_FAILED_PREFIX),
+        false,
+        (event::POD_CREATION_FAILED, "CreatePod"),
+    );
+    warn(
+        degraded,
+        "True",
+        &is(reason::SHARD_RESTARTED),
+        true,
+        (event::SHARD_RESTARTED, "Observe"),
+    );
+    warn(
+        ready,
+        "False",
+        &is(reason::USERS_ACL_ERROR),
+        true,
+        (event::USERS_ACL_ERROR, "Validate"),
+    );
+    warn(
+        degraded,
+        "True",
+        &is(reason::POD_UNSCHEDULABLE),
+        false,
+        (event::POD_UNSCHEDULABLE, "Schedule"),
+    );
+    warn(
+        formed,
+        "False",
+        &|c: &Condition| c.message.starts_with(FAILOVER_STUCK),
+        false,
+        (event::FAILOVER_FAILED, "WaitForFailover"),
+    );
     out.extend(failovers(&old.shard_statuses, &new.shard_statuses));
     out
 }

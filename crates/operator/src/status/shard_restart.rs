@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use valkey_api::ValkeyClusterSpec;
 use valkey_api::defaults::SERVER_CONTAINER;
+use valkey_api::status::{condition, reason};
+use valkey_api::{ValkeyClusterSpec, ValkeyClusterStatus};
 
 /// How long after the last copy came back the loss is reported.
 pub const REPORT_FOR: Duration = Duration::from_secs(600);
@@ -78,6 +79,24 @@ fn files_keep(spec: &ValkeyClusterSpec) -> String {
             s.unwrap_or("3600 1 300 100 60 10000, Valkey's default")
         ),
     }
+}
+
+/// The shards that had data to lose: those the last status showed with a primary or slots, and
+/// every shard while a loss is being reported (a shard whose copies are all down shows
+/// neither).
+pub fn served_shards(status: Option<&ValkeyClusterStatus>) -> BTreeSet<i32> {
+    let Some(status) = status else {
+        return BTreeSet::new();
+    };
+    let reporting = status.conditions.iter().any(|c| {
+        c.type_ == condition::DEGRADED && c.status == "True" && c.reason == reason::SHARD_RESTARTED
+    });
+    status
+        .shard_statuses
+        .iter()
+        .filter(|s| reporting || s.primary_pod.is_some() || !s.slots.is_empty())
+        .map(|s| s.index)
+        .collect()
 }
 
 /// The report of the shards whose every copy was down at once, no longer ago than
@@ -177,6 +196,22 @@ mod tests {
             &spec(config),
             t(now),
         )
+    }
+
+    #[test]
+    fn served_shards_are_those_with_a_primary_or_slots_and_all_while_reporting() {
+        let mut status: ValkeyClusterStatus = serde_json::from_value(serde_json::json!({
+            "shardStatuses": [{"index": 0, "primaryPod": "p"}, {"index": 1, "slots": ["0-5"]},
+                              {"index": 2}]
+        }))
+        .unwrap();
+        assert_eq!(served_shards(None), BTreeSet::new());
+        assert_eq!(served_shards(Some(&status)), BTreeSet::from([0, 1]));
+        status.conditions = serde_json::from_value(serde_json::json!([{"type": "Degraded",
+            "status": "True", "reason": "ShardRestarted", "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]))
+        .unwrap();
+        assert_eq!(served_shards(Some(&status)), BTreeSet::from([0, 1, 2]));
     }
 
     #[test]
