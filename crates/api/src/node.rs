@@ -226,6 +226,12 @@ pub struct ValkeyNodeStatus {
     /// returned to Valkey's default, then dropped from this list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub live_config_keys: Vec<String>,
+    /// The pod's server version and a digest of its system users (`default`, `_operator`,
+    /// `_replication`, `_exporter`) as that server lists them once the operator applied them
+    /// from the ACL file. A server listing them otherwise had them changed by a user allowed
+    /// to change ACLs, and the operator applies them again (event `SystemUsersRestored`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_users_digest: Option<String>,
     /// Standard conditions: Ready, PersistentVolumeClaimReady, PersistentVolumeClaimSizeReady,
     /// LiveConfigApplied, ACLApplied, TLSCertificateApplied, WorkloadRollPending.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -176,6 +176,9 @@ pub mod event {
     /// Every copy of a shard was down at once: acknowledged writes its files did not hold are
     /// lost (Warning).
     pub const SHARD_RESTARTED: &str = "ShardRestarted";
+    /// A server's system users were changed (by a user allowed to change ACLs) and the
+    /// operator applied them again from the ACL file (Warning).
+    pub const SYSTEM_USERS_RESTORED: &str = "SystemUsersRestored";
     /// On a ValkeyNode: a pod template change was written to its workload.
     pub const WORKLOAD_ROLL_APPLIED: &str = "WorkloadRollApplied";
     /// On a ValkeyNode: a pod template change waits for the cluster controller.

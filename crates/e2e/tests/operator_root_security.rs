@@ -11,8 +11,10 @@
 //! words, one `PodCreationFailed` event), and is Ready once the sidecar states one.
 //!
 //! The cluster's app user (`+@all`) is warned about (ConfigurationWarning `UserCanChangeACLs`);
-//! when it deletes the operator's user on the server, the status names the pod and the
-//! remedy (Ready `SystemUsersACLError`), and a restart of the pod restores the system users.
+//! when it lets the monitoring user read passwords on a server, the operator applies that
+//! system user again by itself (one `SystemUsersRestored` event); when it deletes the
+//! operator's user on the server, the status names the pod and the remedy (Ready
+//! `SystemUsersACLError`), and a restart of the pod restores the system users.
 //!
 //! Then the upgrade from a version without security contexts: the namespace relaxed to
 //! `baseline`, the cluster's pods run as root as theirs did (`podSecurityContext` and
@@ -223,6 +225,64 @@ async fn operator_root_security_restricted_by_default_and_upgrade_from_root() ->
         "no UserCanChangeACLs warning: {:?}",
         warned.conditions
     );
+    // A system user the operator can still reach is applied again by itself: the app user
+    // lets the monitoring user read passwords (`CONFIG GET`).
+    let dryrun = |c: &mut redis::aio::MultiplexedConnection| {
+        let mut c = c.clone();
+        async move {
+            redis::cmd("ACL")
+                .arg("DRYRUN")
+                .arg("_exporter")
+                .arg("CONFIG")
+                .arg("GET")
+                .arg("primaryauth")
+                .query_async::<String>(&mut c)
+                .await
+        }
+    };
+    let mut app = node_conn(&ip, "app", PW).await?;
+    ensure!(dryrun(&mut app).await? != "OK", "_exporter may CONFIG GET");
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("_exporter")
+        .arg("+config|get")
+        .query_async(&mut app)
+        .await?;
+    ensure!(
+        dryrun(&mut app).await? == "OK",
+        "the escalation did not take"
+    );
+    let t = Instant::now();
+    while dryrun(&mut app).await? == "OK" {
+        ensure!(
+            t.elapsed() < Duration::from_secs(60),
+            "the changed system user was not applied again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "MEASURE system user changed on the server -> applied again: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    let restored = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), NS)
+        .list(&kube::api::ListParams::default().fields(&format!(
+            "involvedObject.name={NAME},reason=SystemUsersRestored"
+        )))
+        .await?;
+    ensure!(
+        restored.items.len() == 1
+            && restored.items[0]
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains(&pod)),
+        "SystemUsersRestored events: {:?}",
+        restored
+            .items
+            .iter()
+            .map(|e| &e.message)
+            .collect::<Vec<_>>()
+    );
+
     {
         let mut c = node_conn(&ip, "app", PW).await?;
         // Deleting the user also closes the operator's open connections (a password change

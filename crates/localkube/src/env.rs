@@ -139,15 +139,16 @@ impl Env {
             }
             None => {
                 let t = tempfile::Builder::new().prefix("localkube-").tempdir()?;
-                // Traversable (not listable) by anyone: containers running as non-root
-                // (`runAsUser`) reach the image bin dirs under it.
-                std::fs::set_permissions(
-                    t.path(),
-                    std::os::unix::fs::PermissionsExt::from_mode(0o711),
-                )?;
                 (t.path().to_path_buf(), Some(t))
             }
         };
+        // Traversable by anyone (not listable unless it already was): containers running as
+        // non-root (`runAsUser`) reach the image bin dirs under it.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&dir)?.permissions().mode();
+            std::fs::set_permissions(&dir, PermissionsExt::from_mode(mode | 0o711))?;
+        }
         let bridge = slot.bridge();
         std::fs::write(dir.join("bridge"), &bridge)?;
         let with_pods = opts.kubelets && opts.nodes > 0;

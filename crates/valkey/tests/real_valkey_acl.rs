@@ -157,6 +157,41 @@ async fn check_users(flavor: Flavor) {
         ClientError::Config(_)
     ));
 
+    // A changed system user shows in the digest, and is set again from the file; another
+    // user's change does not show.
+    let file = acl_lines(flavor, ACL_REVISION).join("\n") + "\n";
+    let before = acl::acl_state(&op, &a).await.unwrap();
+    assert_eq!(before.revision.as_deref(), Some(ACL_REVISION));
+    let () = op
+        .query(
+            &a,
+            redis::cmd("ACL").arg(&["SETUSER", "_exporter", "+config|get"]),
+        )
+        .await
+        .unwrap();
+    let changed = acl::acl_state(&op, &a).await.unwrap();
+    assert_ne!(changed.system_digest, before.system_digest);
+    assert_eq!(
+        allowed(&exp, &a, &["CONFIG", "GET", "primaryauth"]).await,
+        Ok(())
+    );
+    commands::restore_system_users(&op, &a, &file)
+        .await
+        .unwrap();
+    assert_eq!(acl::acl_state(&op, &a).await.unwrap(), before);
+    assert_eq!(
+        allowed(&exp, &a, &["CONFIG", "GET", "primaryauth"]).await,
+        Err("NOPERM".into())
+    );
+    let () = op
+        .query(&a, redis::cmd("ACL").arg(&["SETUSER", APP_USER, "-get"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        acl::acl_state(&op, &a).await.unwrap().system_digest,
+        before.system_digest
+    );
+
     // ACL LOAD with revision verification.
     assert_eq!(
         commands::acl_load(&op, &a, ACL_REVISION).await.unwrap(),

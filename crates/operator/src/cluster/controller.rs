@@ -192,7 +192,7 @@ async fn pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action, Error>
         (Some(_), None) => live::TlsFiles::Unusable,
         (Some(_), Some(w)) => live::TlsFiles::Wanted(w),
     };
-    let live = live::reconcile(
+    let mut live = live::reconcile(
         &pool,
         &nodes_api,
         &ctx.shared,
@@ -226,6 +226,7 @@ async fn pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action, Error>
         });
     let mut events = applied.events;
     events.extend(outcome.events);
+    events.extend(std::mem::take(&mut live.events));
     report::report(
         ctx,
         requested,

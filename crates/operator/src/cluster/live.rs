@@ -20,18 +20,19 @@ use tracing::{debug, info, warn};
 use valkey_api::ValkeyNode;
 use valkey_api::labels::CLUSTER_FIELD_MANAGER;
 use valkey_api::status::event::{
-    LIVE_ACL_APPLY_FAILED, LIVE_CONFIG_APPLY_FAILED, TLS_RELOAD_FAILED,
+    LIVE_ACL_APPLY_FAILED, LIVE_CONFIG_APPLY_FAILED, SYSTEM_USERS_RESTORED, TLS_RELOAD_FAILED,
 };
 use valkey_api::status::node_condition::{
     ACL_APPLIED, LIVE_CONFIG_APPLIED, TLS_CERTIFICATE_APPLIED,
 };
 use valkey_api::status::node_reason::{APPLIED, APPLY_FAILED, PENDING_PROPAGATION};
-use valkey_ops::Topology;
 use valkey_ops::client::NodePool;
 use valkey_ops::commands::{
-    CommandError, acl_apply, acl_load, acl_load_unsafe, config_set, tls_reload,
+    CommandError, acl_apply, acl_load, acl_load_unsafe, acl_state, config_set,
+    restore_system_users, tls_reload,
 };
 use valkey_ops::tls::{fingerprint, served_certificate};
+use valkey_ops::{Topology, Version};
 
 use super::tls_secret::Wanted;
 use crate::context::Shared;
@@ -110,6 +111,9 @@ pub struct Summary {
     pub tls_serving: usize,
     /// With TLS: nodes that do not serve it yet (their mounted files are not updated).
     pub tls_pending: usize,
+    /// Events for the ValkeyCluster: `SystemUsersRestored`, one per server whose system
+    /// users were applied again.
+    pub events: Vec<EventSpec>,
 }
 
 /// How long after a change of the CA bundle alone (the certificate unchanged) the pods are
@@ -366,6 +370,7 @@ pub async fn reconcile(
             let update = Update {
                 conditions,
                 live_config_keys: keys,
+                system_users_digest: None,
             };
             record(
                 api,
@@ -379,38 +384,65 @@ pub async fn reconcile(
         }
 
         // `ACL LOAD` crashes replicas of some versions: those get the file's users one by one.
-        let load_unsafe = topology
+        let version = topology
             .at(node.spec.shard_index, node.spec.node_index)
-            .and_then(|m| m.view.as_ref()?.version)
-            .is_some_and(acl_load_unsafe);
-        let acl = match (addr, want.spec.acl_hash.as_deref()) {
-            (_, None) => Outcome::Unobserved,
-            (None, _) => Outcome::Unobserved,
-            (Some(a), Some(rev)) => match if load_unsafe {
-                acl_apply(pool, a, acl_content.unwrap_or_default(), rev).await
-            } else {
-                acl_load(pool, a, rev).await
-            } {
-                Ok(loaded) => {
-                    debug!(node = %node.name_any(), ?loaded, "ACL revision in effect");
-                    Outcome::Applied
+            .and_then(|m| m.view.as_ref()?.version);
+        let recorded = node
+            .status
+            .as_ref()
+            .and_then(|s| s.system_users_digest.clone());
+        let mut digest = None;
+        let acl = match (addr, want.spec.acl_hash.as_deref(), version) {
+            (Some(a), Some(rev), Some(version)) => {
+                let file = AclFile {
+                    content: acl_content.unwrap_or_default(),
+                    revision: rev,
+                };
+                match acl_in_effect(pool, a, &file, version, recorded.as_deref()).await {
+                    Ok(effect) => {
+                        if effect.restored {
+                            let pod = node.status.as_ref().and_then(|s| s.pod_name.clone());
+                            warn!(node = %node.name_any(), "system users were changed on the server; applied again");
+                            summary.events.push(EventSpec::warning(
+                                SYSTEM_USERS_RESTORED,
+                                "ApplyACL",
+                                format!(
+                                    "the system users on pod {} were changed on the server \
+                                     (by a user allowed to change ACLs); applied them again \
+                                     from the ACL file",
+                                    pod.unwrap_or_else(|| node.name_any())
+                                ),
+                            ));
+                        }
+                        digest = Some(effect.digest);
+                        Outcome::Applied
+                    }
+                    Err(CommandError::NotReady(m)) => {
+                        summary.acl_pending += 1;
+                        Outcome::Pending(m)
+                    }
+                    Err(e) => Outcome::Failed(format!("ACL LOAD on {a}: {e}")),
                 }
-                Err(CommandError::NotReady(m)) => {
-                    summary.acl_pending += 1;
-                    Outcome::Pending(m)
-                }
-                Err(e) => Outcome::Failed(format!("ACL LOAD on {a}: {e}")),
-            },
+            }
+            _ => Outcome::Unobserved,
         };
         let applied = format!(
             "ACL revision {} in effect",
             want.spec.acl_hash.as_deref().unwrap_or_default()
         );
         let wanted = want.spec.acl_hash.is_some();
-        if let Some(c) = updated_conditions(&node, ACL_APPLIED, wanted, &acl, &applied, now) {
+        let conditions = updated_conditions(&node, ACL_APPLIED, wanted, &acl, &applied, now);
+        let digest = digest.filter(|d| recorded.as_ref() != Some(d));
+        if conditions.is_some() || digest.is_some() {
             let update = Update {
-                conditions: c,
+                conditions: conditions.unwrap_or_else(|| {
+                    node.status
+                        .as_ref()
+                        .map(|s| s.conditions.clone())
+                        .unwrap_or_default()
+                }),
                 live_config_keys: None,
+                system_users_digest: digest,
             };
             record(api, shared, &mut node, update, &acl, LIVE_ACL_APPLY_FAILED).await;
         }
@@ -444,6 +476,7 @@ pub async fn reconcile(
             let update = Update {
                 conditions: c,
                 live_config_keys: None,
+                system_users_digest: None,
             };
             record(api, shared, &mut node, update, &outcome, TLS_RELOAD_FAILED).await;
         }
@@ -451,11 +484,68 @@ pub async fn reconcile(
     summary
 }
 
-/// A status update of a ValkeyNode: its whole condition list, and the live keys when they
-/// change.
+/// A status update of a ValkeyNode: its whole condition list, and the live keys and the
+/// system-user digest when they change.
 struct Update {
     conditions: Vec<Condition>,
     live_config_keys: Option<Vec<String>>,
+    system_users_digest: Option<String>,
+}
+
+/// The ACL file the pods should have loaded.
+struct AclFile<'a> {
+    content: &'a str,
+    revision: &'a str,
+}
+
+/// A server's ACL once [`acl_in_effect`] applied what was needed.
+struct AclEffect {
+    /// `<version> <digest of the system users>` (see `ValkeyNodeStatus::system_users_digest`).
+    digest: String,
+    /// Whether the system users had been changed on the server and were applied again.
+    restored: bool,
+}
+
+/// Brings the server at `addr` (of `version`) to the ACL `file`: loads it when the server has
+/// another revision (`ACL LOAD`, or user by user where that is unsafe), and applies the
+/// system users again when the server lists them otherwise than when they were last applied
+/// (`recorded`; `None` for a node not checked before, or a new server version, which are
+/// applied again silently).
+async fn acl_in_effect(
+    pool: &NodePool,
+    addr: &str,
+    file: &AclFile<'_>,
+    version: Version,
+    recorded: Option<&str>,
+) -> Result<AclEffect, CommandError> {
+    let state = acl_state(pool, addr).await?;
+    if state.revision.as_deref() != Some(file.revision) {
+        let loaded = if acl_load_unsafe(version) {
+            acl_apply(pool, addr, file.content, file.revision).await?
+        } else {
+            acl_load(pool, addr, file.revision).await?
+        };
+        debug!(%addr, ?loaded, "ACL revision in effect");
+        let state = acl_state(pool, addr).await?;
+        return Ok(AclEffect {
+            digest: format!("{version} {}", state.system_digest),
+            restored: false,
+        });
+    }
+    let digest = format!("{version} {}", state.system_digest);
+    if recorded == Some(digest.as_str()) {
+        return Ok(AclEffect {
+            digest,
+            restored: false,
+        });
+    }
+    restore_system_users(pool, addr, file.content).await?;
+    let state = acl_state(pool, addr).await?;
+    let same_version = recorded.is_some_and(|r| r.split(' ').next() == Some(&*version.to_string()));
+    Ok(AclEffect {
+        digest: format!("{version} {}", state.system_digest),
+        restored: same_version,
+    })
 }
 
 /// Condition types of a ValkeyNode this pass owns (the node controller owns the others).
@@ -485,10 +575,18 @@ async fn record(
             .map(|s| s.live_config_keys.clone())
             .unwrap_or_default()
     });
+    let digest = update
+        .system_users_digest
+        .clone()
+        .or_else(|| node.status.as_ref()?.system_users_digest.clone());
+    let mut status = serde_json::json!({ "conditions": mine, "liveConfigKeys": keys });
+    if let Some(d) = digest {
+        status["systemUsersDigest"] = d.into();
+    }
     let patch = serde_json::json!({
         "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyNode",
         "metadata": { "name": node.name_any() },
-        "status": { "conditions": mine, "liveConfigKeys": keys },
+        "status": status,
     });
     if let Err(e) = api
         .patch_status(
@@ -505,6 +603,9 @@ async fn record(
     status.conditions = update.conditions;
     if let Some(keys) = update.live_config_keys {
         status.live_config_keys = keys;
+    }
+    if let Some(d) = update.system_users_digest {
+        status.system_users_digest = Some(d);
     }
     if let Outcome::Failed(message) = outcome {
         warn!(node = %node.name_any(), %message, reason = failed_event, "live change not applied");

@@ -476,7 +476,7 @@ fn size_infeasible(status: Option<&ValkeyNodeStatus>) -> bool {
 }
 
 /// Applies the status this controller owns (server-side apply with [`NODE_FIELD_MANAGER`]):
-/// not `role`, `liveConfigKeys` or the live-change conditions, which the ValkeyCluster
+/// not `role`, `liveConfigKeys`, `systemUsersDigest` or the live-change conditions, which the ValkeyCluster
 /// controller writes. The conditions list is a map keyed by type, so neither writer overwrites
 /// the other's conditions; a field left out (an absent `podName`) is removed.
 async fn patch_status(
@@ -488,6 +488,7 @@ async fn patch_status(
     if let Some(obj) = value.as_object_mut() {
         obj.remove("role");
         obj.remove("liveConfigKeys");
+        obj.remove("systemUsersDigest");
         if let Some(serde_json::Value::Array(conds)) = obj.get_mut("conditions") {
             conds.retain(|c| {
                 c.get("type")

@@ -312,6 +312,7 @@ pub fn compute_status(node: &ValkeyNode, observed: &Observed<'_>, now: &Time) ->
         observed_generation: generation,
         // Written by the cluster controller's live-settings pass.
         live_config_keys: previous.live_config_keys.clone(),
+        system_users_digest: previous.system_users_digest.clone(),
         conditions,
     }
 }

@@ -241,6 +241,70 @@ pub enum AclLoadOutcome {
     Loaded,
 }
 
+/// The users every ACL file defines for the cluster's own use (`default` disabled).
+pub const SYSTEM_USER_NAMES: [&str; 4] =
+    ["default", OPERATOR_USER, REPLICATION_USER, EXPORTER_USER];
+
+/// What a server's ACL shows (`ACL LIST`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclState {
+    /// The revision marker's revision (`None` without a marker user).
+    pub revision: Option<String>,
+    /// The first 16 hex digits of the SHA-256 of the system users' `ACL LIST` lines, as this
+    /// server prints them (the normalisation differs between versions, so a digest is only
+    /// compared with one taken on the same server version).
+    pub system_digest: String,
+}
+
+impl AclState {
+    /// The state shown by the lines of `ACL LIST`.
+    pub fn from_list(lines: &[String]) -> Self {
+        let revision = lines.iter().find_map(|l| {
+            let name = l.strip_prefix("user ")?.split_whitespace().next()?;
+            name.strip_prefix(REVISION_MARKER_PREFIX).map(str::to_owned)
+        });
+        let mut h = Sha256::new();
+        for name in SYSTEM_USER_NAMES {
+            let line = lines.iter().find(|l| {
+                l.strip_prefix("user ")
+                    .and_then(|r| r.split_whitespace().next())
+                    == Some(name)
+            });
+            // A deleted system user digests differently from any present one.
+            h.update(line.map_or("-", String::as_str).as_bytes());
+            h.update(b"\n");
+        }
+        Self {
+            revision,
+            system_digest: hex::encode(h.finalize())[..16].to_owned(),
+        }
+    }
+}
+
+/// The node's ACL revision and system-user digest (`ACL LIST`).
+pub async fn acl_state(pool: &NodePool, addr: &str) -> Result<AclState> {
+    let lines: Vec<String> = pool.query(addr, redis::cmd("ACL").arg("LIST")).await?;
+    Ok(AclState::from_list(&lines))
+}
+
+/// Sets the system users of the ACL file `content` on the node at `addr` again (`ACL SETUSER`
+/// of their lines, each beginning with `reset`, so each ends with exactly the file's rules),
+/// after someone allowed to change ACLs changed them on the server; other users are kept.
+pub async fn restore_system_users(pool: &NodePool, addr: &str, content: &str) -> Result<()> {
+    for (name, rules) in parse_acl_lines(content) {
+        if !SYSTEM_USER_NAMES.contains(&name) {
+            continue;
+        }
+        let mut set = redis::cmd("ACL");
+        set.arg("SETUSER").arg(name);
+        for r in rules {
+            set.arg(r);
+        }
+        let _: redis::Value = pool.query(addr, &set).await?;
+    }
+    Ok(())
+}
+
 /// Revision marker currently loaded on the node (`None` if no marker user exists).
 pub async fn loaded_revision(pool: &NodePool, addr: &str) -> Result<Option<String>> {
     let users: Vec<String> = pool.query(addr, redis::cmd("ACL").arg("USERS")).await?;
@@ -344,6 +408,35 @@ mod tests {
             replication_password: "rep",
             exporter_password: "exp",
         }
+    }
+
+    #[test]
+    fn acl_state_digests_only_the_system_users() {
+        let list = |exporter: &str, app: &str| -> Vec<String> {
+            [
+                "user _acl-rev-abc off resetchannels -@all",
+                "user _exporter on #e resetchannels -@all +info",
+                "user _operator on #o ~* resetchannels -@all +cluster",
+                "user _replication on #r resetchannels -@all +psync",
+                "user app on #a ~* &* +@all",
+                "user default off resetchannels -@all",
+            ]
+            .iter()
+            .map(|l| l.replace("+info", exporter).replace("+@all", app))
+            .collect()
+        };
+        let base = AclState::from_list(&list("+info", "+@all"));
+        assert_eq!(base.revision.as_deref(), Some("abc"));
+        assert_eq!(base.system_digest.len(), 16);
+        // An application user's change is not a system user's.
+        assert_eq!(AclState::from_list(&list("+info", "+get")), base);
+        // A system user's rules, or its absence, change the digest.
+        assert_ne!(AclState::from_list(&list("+@all", "+@all")), base);
+        let mut gone = list("+info", "+@all");
+        gone.retain(|l| !l.starts_with("user _exporter "));
+        assert_ne!(AclState::from_list(&gone).system_digest, base.system_digest);
+        // No marker user: no revision.
+        assert_eq!(AclState::from_list(&gone[1..]).revision, None);
     }
 
     #[test]

@@ -20,8 +20,8 @@ use crate::error::ParseError;
 use crate::model::{ClusterNode, ClusterNodes};
 
 pub use acl::{
-    AclLoadOutcome, SystemUsers, acl_apply, acl_load, acl_load_unsafe, acl_revision,
-    check_user_rules, system_acl_rules,
+    AclLoadOutcome, AclState, SystemUsers, acl_apply, acl_load, acl_load_unsafe, acl_revision,
+    acl_state, check_user_rules, restore_system_users, system_acl_rules,
 };
 pub use config::{config_set, tls_reload, wait_replicas};
 pub use migrate::{
