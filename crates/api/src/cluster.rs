@@ -284,6 +284,15 @@ impl ValkeyClusterSpec {
             .map(|t| t.certificate.secret_name.as_str())
     }
 
+    /// The NetworkPolicy settings when `networking.networkPolicy.enabled`.
+    pub fn network_policy(&self) -> Option<&crate::networking::NetworkPolicySpec> {
+        self.networking
+            .as_ref()?
+            .network_policy
+            .as_ref()
+            .filter(|p| p.enabled)
+    }
+
     /// Value of a `config` key, looked up case-insensitively.
     pub fn config_value(&self, key: &str) -> Option<&str> {
         self.config

@@ -1,5 +1,6 @@
-//! `spec.networking`: TLS.
+//! `spec.networking`: TLS and the NetworkPolicy.
 
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +16,35 @@ pub struct NetworkingSpec {
     /// `certificate.secretName` is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
+    /// A NetworkPolicy `valkey-<cluster>` that admits to the cluster's pods only: the
+    /// cluster's own pods (client port 6379 for replication and cluster bus 16379), the
+    /// operator (6379), the `clients` (6379) and `monitoring` (exporter port 9121). It only
+    /// takes effect where the cluster's network plugin enforces NetworkPolicies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<NetworkPolicySpec>,
+}
+
+/// The cluster's NetworkPolicy (ingress only; egress is not restricted).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    /// Renders the NetworkPolicy. Turning it off deletes it.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Who may connect to the client port (6379), as NetworkPolicy peers (`podSelector`,
+    /// `namespaceSelector`, `ipBlock`). Empty: no application client can connect, only the
+    /// cluster's own pods and the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients: Option<Vec<NetworkPolicyPeer>>,
+    /// Who may scrape the metrics exporter (port 9121), for example the namespace of your
+    /// Prometheus. Empty: nobody.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitoring: Option<Vec<NetworkPolicyPeer>>,
+    /// Where the operator runs, so that it can reach every pod on 6379. Defaults to pods
+    /// labelled `app.kubernetes.io/name: valkey-operator` in any namespace (the labels of
+    /// the operator's manifest and chart); narrow it with a `namespaceSelector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<NetworkPolicyPeer>,
 }
 
 /// TLS settings.

@@ -40,6 +40,8 @@ pub mod reason {
     pub const CONFIG_CHECK_ERROR: &str = "ConfigCheckError";
     /// Ready=False: the PodDisruptionBudget could not be applied.
     pub const PDB_ERROR: &str = "PodDisruptionBudgetError";
+    /// Ready=False: the NetworkPolicy could not be applied or deleted.
+    pub const NETWORK_POLICY_ERROR: &str = "NetworkPolicyError";
     /// Ready=False / Progressing=True: generic work in progress.
     pub const RECONCILING: &str = "Reconciling";
     /// Ready=False / Progressing=True: nodes are being rolled.
@@ -113,6 +115,12 @@ pub mod event {
     pub const PDB_UPDATED: &str = "PodDisruptionBudgetUpdated";
     /// The PodDisruptionBudget was deleted (mode Disabled).
     pub const PDB_DELETED: &str = "PodDisruptionBudgetDeleted";
+    /// The NetworkPolicy was created.
+    pub const NETWORK_POLICY_CREATED: &str = "NetworkPolicyCreated";
+    /// The NetworkPolicy was updated.
+    pub const NETWORK_POLICY_UPDATED: &str = "NetworkPolicyUpdated";
+    /// The NetworkPolicy was deleted (`networking.networkPolicy.enabled` turned off).
+    pub const NETWORK_POLICY_DELETED: &str = "NetworkPolicyDeleted";
     /// ValkeyNodes were created.
     pub const VALKEY_NODE_CREATED: &str = "ValkeyNodeCreated";
     /// ValkeyNodes were updated.

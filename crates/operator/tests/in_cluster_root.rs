@@ -348,6 +348,73 @@ async fn in_cluster_root_operator_pod_from_deploy_manifests() {
     assert_eq!(status.shards, 3);
     assert_eq!(status.ready_shards, 3);
 
+    // The optional NetworkPolicy, with the chart's role: created, owned by the cluster,
+    // the cluster stays Ready; deleted when turned off. (localkube enforces no policy.)
+    let policies =
+        Api::<k8s_openapi::api::networking::v1::NetworkPolicy>::namespaced(client.clone(), APPS);
+    let set_policy = |enabled: bool| {
+        let patch = serde_json::json!({"spec": {"networking": {"networkPolicy": {
+            "enabled": enabled,
+            "clients": [{"podSelector": {"matchLabels": {"app": "shop"}}}],
+        }}}});
+        let clusters = Api::<ValkeyCluster>::namespaced(client.clone(), APPS);
+        async move {
+            clusters
+                .patch(
+                    "c1",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+                .expect("set networking.networkPolicy.enabled");
+        }
+    };
+    set_policy(true).await;
+    let policy = eventually("the NetworkPolicy of c1", Duration::from_secs(60), || {
+        let policies = policies.clone();
+        async move { policies.get_opt("valkey-c1").await.ok().flatten() }
+    })
+    .await;
+    assert!(
+        policy
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "ValkeyCluster" && o.name == "c1"),
+        "{:?}",
+        policy.metadata
+    );
+    let ingress = policy.spec.and_then(|s| s.ingress).unwrap_or_default();
+    assert_eq!(ingress.len(), 3, "own pods, the operator, the clients");
+    eventually(
+        "c1 Ready at its new generation",
+        Duration::from_secs(60),
+        || {
+            let client = client.clone();
+            async move {
+                let vc = Api::<ValkeyCluster>::namespaced(client, APPS)
+                    .get("c1")
+                    .await
+                    .ok()?;
+                let s = vc.status?;
+                (s.state == ClusterState::Ready && s.observed_generation == vc.metadata.generation)
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    set_policy(false).await;
+    eventually(
+        "the NetworkPolicy of c1 deleted",
+        Duration::from_secs(60),
+        || {
+            let policies = policies.clone();
+            async move { matches!(policies.get_opt("valkey-c1").await, Ok(None)).then_some(()) }
+        },
+    )
+    .await;
+
     // Take `patch` on PodDisruptionBudgets away: a new cluster says what is forbidden.
     let rules = cluster_role_rules(&kubeconfig);
     let mut fewer = rules.clone();

@@ -7,6 +7,7 @@
 use std::fmt::Debug;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
@@ -180,6 +181,11 @@ impl Child {
             Child::PodDisruptionBudget => {
                 (Some(event::PDB_CREATED), Some(event::PDB_UPDATED), None)
             }
+            Child::NetworkPolicy => (
+                Some(event::NETWORK_POLICY_CREATED),
+                Some(event::NETWORK_POLICY_UPDATED),
+                None,
+            ),
             // ValkeyNodes are counted and reported once per pass (see `ApplyReport`); the
             // config check reports its verdict in the status.
             Child::UsersAcl | Child::ValkeyNode | Child::ConfigCheck => (None, None, None),
@@ -195,9 +201,33 @@ impl Child {
     fn exact(self) -> &'static [&'static str] {
         match self {
             Child::SystemUsers | Child::UsersAcl | Child::ConfigMap => &["data"],
-            Child::ValkeyNode => &["spec"],
+            Child::ValkeyNode | Child::NetworkPolicy => &["spec"],
             Child::Service | Child::PodDisruptionBudget | Child::ConfigCheck => &[],
         }
+    }
+}
+
+/// Applies the optional child `desired`, or deletes the `observed` one no longer desired.
+async fn apply_or_delete<K>(
+    api: &Api<K>,
+    child: Child,
+    desired: Option<&K>,
+    observed: Option<&K>,
+    report: &mut ApplyReport,
+) where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    match (desired, observed) {
+        (Some(want), seen) => {
+            let r = apply(api, want, seen, child.exact()).await;
+            report.record(child, &want.name_any(), r);
+        }
+        (None, Some(orphan)) => {
+            let name = orphan.name_any();
+            let r = delete(api, &name).await;
+            report.deleted(child, &name, r);
+        }
+        (None, None) => {}
     }
 }
 
@@ -248,6 +278,11 @@ impl ApplyReport {
                 "Delete",
                 format!("deleted {name} (mode Disabled)"),
             )),
+            Ok(true) if child == Child::NetworkPolicy => self.events.push(EventSpec::normal(
+                event::NETWORK_POLICY_DELETED,
+                "Delete",
+                format!("deleted {name} (networking.networkPolicy.enabled is off)"),
+            )),
             Ok(_) => {}
             Err(e) => {
                 self.failure
@@ -276,8 +311,8 @@ impl ApplyReport {
 }
 
 /// Applies every child of `desired` in the namespace `ns` (in order: Secrets, Service,
-/// ConfigMap, PodDisruptionBudget, config-check pods, ValkeyNodes), and deletes the PodDisruptionBudget when it is
-/// no longer desired. Failures are reported, not returned: the pass goes on.
+/// ConfigMap, PodDisruptionBudget, NetworkPolicy, config-check pods, ValkeyNodes), and deletes
+/// the PodDisruptionBudget and the NetworkPolicy when they are no longer desired. Failures are reported, not returned: the pass goes on.
 pub async fn apply_all(
     client: &Client,
     ns: &str,
@@ -326,19 +361,14 @@ pub async fn apply_all(
     .await;
     report.record(child, &desired.config_map.name_any(), r);
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
-    let child = Child::PodDisruptionBudget;
-    match (&desired.pdb, &observed.pdb) {
-        (Some(pdb), seen) => {
-            let r = apply(&pdbs, pdb, seen.as_ref(), child.exact()).await;
-            report.record(child, &pdb.name_any(), r);
-        }
-        (None, Some(orphan)) => {
-            let name = orphan.name_any();
-            let r = delete(&pdbs, &name).await;
-            report.deleted(child, &name, r);
-        }
-        (None, None) => {}
-    }
+    let (want, seen) = (desired.pdb.as_ref(), observed.pdb.as_ref());
+    apply_or_delete(&pdbs, Child::PodDisruptionBudget, want, seen, &mut report).await;
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
+    let (want, seen) = (
+        desired.network_policy.as_ref(),
+        observed.network_policy.as_ref(),
+    );
+    apply_or_delete(&policies, Child::NetworkPolicy, want, seen, &mut report).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     if let Some(pod) = &desired.check_pod {
         let r = apply_now(&pods, pod).await.map(|()| Applied::Created);

@@ -3,6 +3,7 @@
 //! ValkeyNode's current workload revision).
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use valkey_api::{ValkeyCluster, ValkeyNode};
@@ -52,6 +53,8 @@ pub struct Desired {
     pub config_map: ConfigMap,
     /// The PodDisruptionBudget, `None` when disabled (an existing one is deleted).
     pub pdb: Option<PodDisruptionBudget>,
+    /// The NetworkPolicy, `None` when not enabled (an existing one is deleted).
+    pub network_policy: Option<NetworkPolicy>,
     /// A ValkeyNode per position of the layout, with its current workload revision (none
     /// while no configuration was ever accepted, see [`super::config_gate`]).
     pub nodes: Vec<ValkeyNode>,
@@ -95,7 +98,8 @@ pub fn build(vc: &ValkeyCluster, observed: &Observed, gate: &Gate) -> Desired {
         ),
         service: render::service::service(&name, &ns, owner.clone()),
         config_map: render::config::config_map(&name, &ns, spec, owner.clone()),
-        pdb: render::pdb::pod_disruption_budget(&name, &ns, spec, owner),
+        pdb: render::pdb::pod_disruption_budget(&name, &ns, spec, owner.clone()),
+        network_policy: render::network_policy::network_policy(&name, &ns, spec, owner),
         nodes,
         acl: (
             users.file.clone(),

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -505,6 +506,7 @@ pub async fn run(
         .owns(scope.api::<ConfigMap>(&client), managed.clone())
         .owns(scope.api::<Secret>(&client), managed.clone())
         .owns(scope.api::<PodDisruptionBudget>(&client), managed.clone())
+        .owns(scope.api::<NetworkPolicy>(&client), managed.clone())
         // A config-check pod finished: act on its verdict now.
         .owns(
             scope.api::<Pod>(&client),

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
@@ -56,6 +57,8 @@ pub struct Observed {
     pub config_map: Option<ConfigMap>,
     /// The PodDisruptionBudget.
     pub pdb: Option<PodDisruptionBudget>,
+    /// The NetworkPolicy.
+    pub network_policy: Option<NetworkPolicy>,
     /// The cluster's ValkeyNodes.
     pub nodes: Vec<ValkeyNode>,
     /// The cluster's pods.
@@ -118,6 +121,16 @@ pub async fn observe(
         .get_opt(&names::pdb_name(&name))
         .await
         .map_err(read("the PodDisruptionBudget"))?;
+    let network_policy = Api::<NetworkPolicy>::namespaced(client.clone(), &ns)
+        .get_opt(&names::network_policy_name(&name))
+        .await;
+    // An operator whose role predates NetworkPolicies may not read them: that only matters
+    // to a cluster that enables one (its apply then fails with the API server's words).
+    let network_policy = if vc.spec.network_policy().is_some() {
+        network_policy.map_err(read("the NetworkPolicy"))?
+    } else {
+        network_policy.unwrap_or_default()
+    };
     let nodes = Api::<ValkeyNode>::namespaced(client.clone(), &ns)
         .list(&lp)
         .await
@@ -161,6 +174,7 @@ pub async fn observe(
         service,
         config_map,
         pdb,
+        network_policy,
         nodes,
         pods,
         check_pods,

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use sha2::{Digest, Sha256};
 use valkey_api::ValkeyClusterSpec;
 use valkey_api::defaults::VALKEY_PORT;
@@ -255,13 +255,12 @@ pub fn config_map(
     owner: Option<OwnerReference>,
 ) -> ConfigMap {
     ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(names::config_map_name(cluster_name)),
-            namespace: Some(namespace.to_owned()),
-            labels: Some(names::cluster_labels(cluster_name)),
-            owner_references: owner.map(|o| vec![o]),
-            ..Default::default()
-        },
+        metadata: names::child_meta(
+            names::config_map_name(cluster_name),
+            cluster_name,
+            namespace,
+            owner,
+        ),
         data: Some(config_map_data(spec, true)),
         ..Default::default()
     }

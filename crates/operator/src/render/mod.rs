@@ -10,6 +10,7 @@ pub mod config_check;
 pub mod containers;
 pub mod handover;
 pub mod names;
+pub mod network_policy;
 pub mod pdb;
 pub mod pod;
 pub mod probes;

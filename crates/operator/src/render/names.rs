@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use valkey_api::labels;
 
 /// Value of `app.kubernetes.io/part-of`.
@@ -47,6 +48,28 @@ pub fn acl_secret_name(cluster: &str) -> String {
 
 /// PodDisruptionBudget of a cluster: `valkey-<cluster>`.
 pub fn pdb_name(cluster: &str) -> String {
+    format!("valkey-{cluster}")
+}
+
+/// Metadata of a child object `name` of `cluster` in `namespace`: the cluster's labels and
+/// its owner reference.
+pub fn child_meta(
+    name: String,
+    cluster: &str,
+    namespace: &str,
+    owner: Option<OwnerReference>,
+) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(namespace.to_owned()),
+        labels: Some(cluster_labels(cluster)),
+        owner_references: owner.map(|o| vec![o]),
+        ..Default::default()
+    }
+}
+
+/// The cluster's NetworkPolicy: `valkey-<cluster>`.
+pub fn network_policy_name(cluster: &str) -> String {
     format!("valkey-{cluster}")
 }
 

@@ -1,7 +1,7 @@
 //! The PodDisruptionBudget `valkey-<cluster>` (mode Cluster: `maxUnavailable: 1` over all pods).
 
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use valkey_api::ValkeyClusterSpec;
 
@@ -16,13 +16,7 @@ pub fn pod_disruption_budget(
     owner: Option<OwnerReference>,
 ) -> Option<PodDisruptionBudget> {
     spec.pdb_enabled().then(|| PodDisruptionBudget {
-        metadata: ObjectMeta {
-            name: Some(names::pdb_name(cluster)),
-            namespace: Some(namespace.to_owned()),
-            labels: Some(names::cluster_labels(cluster)),
-            owner_references: owner.map(|o| vec![o]),
-            ..Default::default()
-        },
+        metadata: names::child_meta(names::pdb_name(cluster), cluster, namespace, owner),
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(1)),
             selector: Some(LabelSelector {

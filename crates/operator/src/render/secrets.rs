@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use rand::Rng;
 use rand::distr::Alphanumeric;
 
@@ -97,16 +97,6 @@ pub fn system_passwords(sources: &[Option<&Secret>]) -> SystemPasswords {
     system_passwords_with(sources, generate_password)
 }
 
-fn meta(name: String, cluster: &str, namespace: &str, owner: Option<OwnerReference>) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name),
-        namespace: Some(namespace.to_owned()),
-        labels: Some(names::cluster_labels(cluster)),
-        owner_references: owner.map(|o| vec![o]),
-        ..Default::default()
-    }
-}
-
 fn bytes(s: &str) -> ByteString {
     ByteString(s.as_bytes().to_vec())
 }
@@ -119,7 +109,7 @@ pub fn system_secret(
     owner: Option<OwnerReference>,
 ) -> Secret {
     Secret {
-        metadata: meta(
+        metadata: names::child_meta(
             names::system_secret_name(cluster),
             cluster,
             namespace,
@@ -166,7 +156,7 @@ pub fn acl_secret(
     owner: Option<OwnerReference>,
 ) -> Secret {
     Secret {
-        metadata: meta(names::acl_secret_name(cluster), cluster, namespace, owner),
+        metadata: names::child_meta(names::acl_secret_name(cluster), cluster, namespace, owner),
         type_: Some("Opaque".into()),
         data: Some(BTreeMap::from([(
             super::config::ACL_KEY.to_owned(),

@@ -1,7 +1,7 @@
 //! The headless Service `valkey-<cluster>`: stable DNS for every pod, ready or not.
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use valkey_api::defaults::{CLUSTER_BUS_PORT, VALKEY_PORT};
 
@@ -26,13 +26,7 @@ fn port(name: &str, port: i32) -> ServicePort {
 /// so that nodes can find each other while the cluster forms.
 pub fn service(cluster: &str, namespace: &str, owner: Option<OwnerReference>) -> Service {
     Service {
-        metadata: ObjectMeta {
-            name: Some(names::service_name(cluster)),
-            namespace: Some(namespace.to_owned()),
-            labels: Some(names::cluster_labels(cluster)),
-            owner_references: owner.map(|o| vec![o]),
-            ..Default::default()
-        },
+        metadata: names::child_meta(names::service_name(cluster), cluster, namespace, owner),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
             publish_not_ready_addresses: Some(true),

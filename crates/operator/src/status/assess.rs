@@ -102,6 +102,8 @@ pub enum Child {
     ValkeyNode,
     /// The PodDisruptionBudget.
     PodDisruptionBudget,
+    /// The NetworkPolicy.
+    NetworkPolicy,
     /// The config-check pod.
     ConfigCheck,
 }
@@ -133,6 +135,7 @@ impl ChildFailure {
             Child::SystemUsers => reason::SYSTEM_USERS_ACL_ERROR,
             Child::ValkeyNode => reason::VALKEY_NODE_ERROR,
             Child::PodDisruptionBudget => reason::PDB_ERROR,
+            Child::NetworkPolicy => reason::NETWORK_POLICY_ERROR,
             Child::ConfigCheck => reason::CONFIG_CHECK_ERROR,
         }
     }
