@@ -23,6 +23,10 @@
 //! a server running as root writes). Back to the defaults, the pod rolls once more: the
 //! kubelet gives the volume to `fsGroup` 999, the non-root server loads the append-only file
 //! and every key written before is there.
+//!
+//! In a namespace enforcing `baseline` (a second localkube, in parallel): formation, a roll, a
+//! scale-out and a primary kill under the writer (the other suites run these under
+//! `restricted`).
 
 mod support;
 
@@ -373,5 +377,92 @@ async fn operator_root_security_restricted_by_default_and_upgrade_from_root() ->
         "{kept} of {KEYS} keys after the upgrade to non-root"
     );
     fx.stop().await;
+    Ok(())
+}
+
+/// A namespace enforcing `baseline` (the other common level): a 2×1 cluster with an
+/// append-only file on claims forms, rolls (a resources change), scales out to 3 shards and
+/// survives a primary SIGKILL under the `SET` + `WAIT 1` writer; every acknowledged write
+/// reads back, the live layout is exact and `valkey-cli --cluster check` is clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_root_security_baseline_namespace_roll_scale_out_kill() -> anyhow::Result<()> {
+    const B: &str = "base";
+    let Some(fx) = Fixture::start().await? else {
+        return Ok(());
+    };
+    let client = fx.client.clone();
+    enforce_pod_security(&client, NS, "baseline").await?;
+    create_user_secret(&client, &format!("{B}-app"), PW).await?;
+    create_cluster_with(
+        &client,
+        B,
+        2,
+        1,
+        serde_json::json!({"persistence": {"size": "1Gi"}, "config": {"appendonly": "yes"}}),
+    )
+    .await?;
+    wait_ready(&client, B, 2, Duration::from_secs(240)).await?;
+    let writer = tagwriter::TagWriter::start(&client, B, PW, "b", 4, 1).await?;
+
+    // A roll: every pod replaced, one at a time.
+    let before: Vec<String> = pod_identities(&client, B)
+        .await?
+        .into_values()
+        .map(|(uid, _)| uid)
+        .collect();
+    let t = Instant::now();
+    patch_spec(
+        &client,
+        B,
+        serde_json::json!({"resources": {"requests": {"cpu": "10m"}}}),
+    )
+    .await?;
+    let took = wait_recovered(&client, B, 2, 1, &before, t, Duration::from_secs(300)).await?;
+    eprintln!(
+        "MEASURE baseline: roll of 4 pods {:.1}s",
+        took.as_secs_f64()
+    );
+
+    // A scale-out.
+    let t = Instant::now();
+    patch_spec(&client, B, serde_json::json!({"shards": 3})).await?;
+    wait_recovered(&client, B, 3, 1, &[], t, Duration::from_secs(300)).await?;
+    eprintln!(
+        "MEASURE baseline: 2 -> 3 shards {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+
+    // A primary killed.
+    let roles = shard_roles(&client, B, 0, PW).await?;
+    let (primary, _, _) = roles
+        .iter()
+        .find(|(_, _, role)| role == "master")
+        .context("shard 0 primary")?;
+    let t = Instant::now();
+    fx.faults()?.kill_container(NS, primary, "server")?;
+    // The kill shows in the status before it recovers.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_recovered(&client, B, 3, 1, &[], t, Duration::from_secs(180)).await?;
+    eprintln!(
+        "MEASURE baseline: primary SIGKILL -> recovered {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+
+    let summary = writer.stop_and_check().await?;
+    eprintln!(
+        "MEASURE baseline writer: {} acknowledged, {} lost, longest write gap {:.2}s",
+        summary.acked,
+        summary.lost,
+        summary.write_gap.as_secs_f64()
+    );
+    ensure!(summary.acked > 0, "nothing written");
+    ensure!(
+        summary.lost == 0,
+        "{} acknowledged writes lost",
+        summary.lost
+    );
+    check_topology(&client, B, 3, 1, PW).await?;
+    let op_pw = system_operator_password(&client, B).await?;
+    matrix::cluster_check(&client, B, &op_pw, false).await?;
     Ok(())
 }
