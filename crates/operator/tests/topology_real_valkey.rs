@@ -6,9 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use valkey_operator::cluster::act::{self, Actor};
-use valkey_operator::cluster::plan::{FailoverTiming, next_step};
-use valkey_operator::status::shards::analyze;
+use valkey_operator::cluster::plan::shards::analyze;
+use valkey_operator::cluster::plan::{self, FailoverTiming, Step};
+use valkey_operator::cluster::steps::{self, Actor};
 use valkey_ops::client::NodePool;
 use valkey_ops::commands::{Position, observe_topology};
 use valkey_ops::{Layout, Topology};
@@ -27,6 +27,23 @@ fn start(shard: i32, index: i32) -> Placed {
         index,
         server: Server::start(Flavor::V9, None),
     }
+}
+
+/// The step of the production planner for the live view `m` (every server on loopback, so
+/// the pods' IPs are one: a dead primary waits for Valkey's own failure detection).
+fn next_step(d: Layout, m: &Topology) -> Option<Step> {
+    let pod_ips = std::collections::BTreeSet::from([std::net::IpAddr::from([127, 0, 0, 1])]);
+    plan::plan(&plan::Input {
+        layout: d,
+        topology: m,
+        pod_ips: &pod_ips,
+        terminating: &Default::default(),
+        nodes: &[],
+        desired_nodes: &[],
+        timing: FailoverTiming::default(),
+        now: k8s_openapi::jiff::Timestamp::now(),
+    })
+    .step
 }
 
 async fn observe(pool: &NodePool, servers: &[Placed]) -> Topology {
@@ -49,8 +66,8 @@ async fn converge(pool: &NodePool, servers: &[Placed], d: Layout, timeout: Durat
     let mut steps = 0;
     loop {
         let m = observe(pool, servers).await;
-        if let Some(step) = next_step(d, &m, None, FailoverTiming::default()) {
-            let out = act::execute(&actor, &step).await;
+        if let Some(step) = next_step(d, &m) {
+            let out = steps::execute(&actor, &step).await;
             assert!(out.failure.is_none(), "{step:?} failed: {:?}", out.failure);
             if out.acted {
                 steps += 1;
@@ -131,8 +148,8 @@ async fn forms_3x1_and_replaces_a_dead_primary() {
     let t = Instant::now();
     loop {
         let m = observe(&pool, &servers).await;
-        if let Some(step) = next_step(d, &m, None, FailoverTiming::default()) {
-            act::execute(&actor, &step).await;
+        if let Some(step) = next_step(d, &m) {
+            steps::execute(&actor, &step).await;
         }
         let known = m
             .reachable()

@@ -2,6 +2,8 @@
 //! the pass observed (the system passwords in effect, the users' password Secrets, each
 //! ValkeyNode's current workload revision).
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -10,7 +12,7 @@ use valkey_api::{ValkeyCluster, ValkeyNode};
 
 use super::config_gate::Gate;
 use super::observe::Observed;
-use super::observe::RulesVerdict;
+use super::rule_check::RulesVerdict;
 use crate::render;
 use crate::render::acl::{AclFile, previous_line, render_acl_file, resolve_user_passwords};
 use crate::render::valkeynode::valkey_nodes;
@@ -66,13 +68,18 @@ pub struct Desired {
 
 /// Builds every object of `vc` (with the image and settings the config `gate` lets through,
 /// see [`Gate::effective_cluster`]) from what was observed, and the gate's check pods.
-pub fn build(vc: &ValkeyCluster, observed: &Observed, gate: &Gate) -> Desired {
+pub fn build(
+    vc: &ValkeyCluster,
+    observed: &Observed,
+    user_rules: &BTreeMap<String, RulesVerdict>,
+    gate: &Gate,
+) -> Desired {
     let name = vc.name_any();
     let ns = vc.namespace().unwrap_or_default();
     let owner = render::owner_reference(vc);
     let owner_for_acl = owner.clone();
     let spec = &vc.spec;
-    let users = users_acl(vc, observed);
+    let users = users_acl(vc, observed, user_rules);
     let acl_revision = Some(users.file.revision.as_str());
     // Each node keeps the workload revision it has: a pending pod-template change is
     // authorized by planning, not here.
@@ -122,7 +129,11 @@ struct UsersAcl {
 /// Renders the users' ACL file: a user whose password Secret or key is missing, or whose rules
 /// a server refused or has not checked yet, keeps its line of the current file (or is left
 /// out); the problems are named, one per user.
-fn users_acl(vc: &ValkeyCluster, observed: &Observed) -> UsersAcl {
+fn users_acl(
+    vc: &ValkeyCluster,
+    observed: &Observed,
+    user_rules: &BTreeMap<String, RulesVerdict>,
+) -> UsersAcl {
     let spec = &vc.spec;
     let resolved = resolve_user_passwords(spec, &observed.user_secrets);
     let previous = observed
@@ -136,7 +147,7 @@ fn users_acl(vc: &ValkeyCluster, observed: &Observed) -> UsersAcl {
         .map(|e| (e.user().to_owned(), Some(e.to_string())))
         .collect();
     let mut unchecked = 0;
-    for (user, verdict) in &observed.user_rules {
+    for (user, verdict) in user_rules {
         match verdict {
             RulesVerdict::Accepted => {}
             RulesVerdict::Refused(why) => {

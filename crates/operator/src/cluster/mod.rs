@@ -7,10 +7,10 @@
 //! 3. **apply** ([`apply`]): server-side apply of the children that differ;
 //! 4. **plan** ([`plan`], pure): the one risky step of the pass (topology, removal of surplus
 //!    nodes, rolling update) and the topology facts;
-//! 5. **act** ([`act`], [`live`]): that step, then the live settings and ACL;
+//! 5. **act** ([`steps`], one module per step; [`live`]): that step, then the live settings
+//!    and ACL;
 //! 6. **report** ([`report`]): status, ValkeyNode roles, events, requeue.
 
-pub mod act;
 pub mod apply;
 pub mod build;
 pub mod config_gate;
@@ -20,6 +20,8 @@ pub mod observe;
 pub mod operation;
 pub mod plan;
 pub mod report;
+pub mod rule_check;
+pub mod steps;
 pub mod tls_secret;
 
 pub use controller::{CONTROLLER, Context, reconcile, run};

@@ -12,6 +12,7 @@ use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 use valkey_api::defaults::VALKEY_PORT;
 use valkey_api::{ValkeyCluster, ValkeyNode, labels};
+use valkey_ops::client::NodePool;
 use valkey_ops::commands::{Position, observe_topology};
 use valkey_ops::{Layout, Topology};
 
@@ -75,8 +76,9 @@ pub struct Observed {
     pub tls_ca: Option<Vec<u8>>,
     /// Every position with a running pod and its node's live view.
     pub topology: Topology,
-    /// Each user's rules as a server of the cluster judged them.
-    pub user_rules: BTreeMap<String, RulesVerdict>,
+    /// The operator's connection pool to the cluster's pods (with the credentials and CA
+    /// observed).
+    pub pool: NodePool,
     /// IPs held by the cluster's pods that still exist (see [`pod_ips`]).
     pub pod_ips: BTreeSet<IpAddr>,
     /// IP → name of the cluster's pods being deleted that still run (see [`terminating`]).
@@ -164,7 +166,6 @@ pub async fn observe(
         render::secrets::system_passwords(&[system_secret.as_ref(), system_backup_secret.as_ref()]);
     let pool = ctx.pool(key, &passwords.operator, tls_ca.as_deref());
     let topology = observe_topology(&pool, positions(&pods)).await;
-    let user_rules = judge_user_rules(ctx, &pool, &vc.spec, &topology).await;
     Ok(Observed {
         pod_ips: pod_ips(&pods),
         terminating: terminating(&pods),
@@ -183,69 +184,8 @@ pub async fn observe(
         tls_secret,
         tls_ca,
         topology,
-        user_rules,
+        pool,
     })
-}
-
-/// Each user's rules (see [`render::acl::user_rules`]) as judged by a reachable server of the
-/// cluster on a disabled scratch user, remembered per image and rules so each is asked once;
-/// `Unchecked` while no server can be asked (a new cluster's first pass: the user enters the
-/// file a pass later).
-pub async fn judge_user_rules(
-    ctx: &Context,
-    pool: &valkey_ops::client::NodePool,
-    spec: &valkey_api::ValkeyClusterSpec,
-    topology: &Topology,
-) -> BTreeMap<String, RulesVerdict> {
-    use sha2::Digest;
-    let server = topology.reachable().next().map(|m| m.addr.to_string());
-    let mut out = BTreeMap::new();
-    for user in spec.users.iter().flatten() {
-        let rules = render::acl::user_rules(user);
-        let key = hex::encode(sha2::Sha256::digest(format!(
-            "{}\n{}",
-            spec.image,
-            rules.join(" ")
-        )));
-        let verdict = match ctx.rule_verdict(&key) {
-            Some(v) => Some(v),
-            None => match &server {
-                None => None,
-                Some(addr) => {
-                    match valkey_ops::commands::check_user_rules(pool, addr, &key[..12], &rules)
-                        .await
-                    {
-                        Ok(v) => {
-                            ctx.record_rule_verdict(key, v.clone());
-                            Some(v)
-                        }
-                        Err(e) => {
-                            tracing::debug!(user = %user.name, error = %e, "user rules not checked");
-                            None
-                        }
-                    }
-                }
-            },
-        };
-        let verdict = match verdict {
-            None => RulesVerdict::Unchecked,
-            Some(None) => RulesVerdict::Accepted,
-            Some(Some(reason)) => RulesVerdict::Refused(reason),
-        };
-        out.insert(user.name.clone(), verdict);
-    }
-    out
-}
-
-/// A server's verdict on a user's ACL rules.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RulesVerdict {
-    /// A server accepted them.
-    Accepted,
-    /// A server refused them, for this reason.
-    Refused(String),
-    /// No server could be asked yet.
-    Unchecked,
 }
 
 /// Shard and node index of a pod, from its labels.

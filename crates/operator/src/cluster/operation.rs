@@ -5,8 +5,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use valkey_api::status::OperationStatus;
 
-use super::act::Moved;
 use super::plan::{Balance, Step};
+use super::steps::Moved;
 
 /// What the operation of a pass is derived from.
 #[derive(Clone, Copy, Debug)]

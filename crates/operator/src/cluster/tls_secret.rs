@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::pem::PemObject;
@@ -17,6 +18,9 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::sign::CertifiedKey;
 use rustls::{CertificateError, Error, RootCertStore};
 use sha2::Digest;
+use valkey_api::ValkeyCluster;
+
+use crate::render::names;
 
 /// What is wrong with the TLS Secret `name` (`secret` as read, `None` when it does not exist)
 /// for a server checked by `names` at `now`; `None` when nothing is.
@@ -147,6 +151,37 @@ fn client_auth_problem(
              client auth, digital signature, key encipherment]`)"
         )),
         _ => None,
+    }
+}
+
+/// The TLS Secret as a pass sees it.
+#[derive(Clone, Debug, Default)]
+pub struct TlsCheck {
+    /// What is wrong with it, when TLS is on and something is.
+    pub invalid: Option<String>,
+    /// The files the pods should have loaded, when TLS is on and the Secret is usable.
+    pub wanted: Option<Wanted>,
+}
+
+impl TlsCheck {
+    /// Checks the TLS Secret of `vc` (`secret`, as observed) at `now`.
+    pub fn of(vc: &ValkeyCluster, secret: Option<&Secret>, now: UnixTime) -> Self {
+        let Some(name) = vc.spec.tls_secret_name() else {
+            return Self::default();
+        };
+        let names = names::tls_server_names(&vc.name_any(), &vc.namespace().unwrap_or_default());
+        let invalid = problem(name, secret, &names, now);
+        let wanted = secret.filter(|_| invalid.is_none()).and_then(wanted);
+        Self { invalid, wanted }
+    }
+
+    /// The TLS files of the live pass.
+    pub fn files(&self, vc: &ValkeyCluster) -> super::live::TlsFiles<'_> {
+        match (vc.spec.tls_secret_name(), &self.wanted) {
+            (None, _) => super::live::TlsFiles::Off,
+            (Some(_), None) => super::live::TlsFiles::Unusable,
+            (Some(_), Some(w)) => super::live::TlsFiles::Wanted(w),
+        }
     }
 }
 

@@ -5,8 +5,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use valkey_api::ValkeyClusterStatus;
 use valkey_api::status::{ShardStatus, condition, event};
 
-use super::assess::{FAILOVER_STUCK, NOT_ENOUGH_MEMORY, POD_CREATION_FAILED_PREFIX, reason};
+use super::assess::{POD_CREATION_FAILED_PREFIX, reason};
 use super::conditions::{find, is_true};
+use crate::cluster::plan::failover::FAILOVER_STUCK;
+use crate::cluster::plan::rebalance::NOT_ENOUGH_MEMORY;
 
 /// An event to publish on the ValkeyCluster.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,15 +5,14 @@ pub mod assess;
 pub mod conditions;
 pub mod events;
 pub mod shard_restart;
-pub mod shards;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use valkey_api::ValkeyClusterStatus;
 use valkey_api::status::ShardStatus;
 
 pub use assess::{
-    Activity, Child, ChildFailure, FAILOVER_STUCK, Facts, FailureKind, NOT_ENOUGH_MEMORY,
-    POD_CREATION_FAILED_PREFIX, Progress, StepFailure, TopologyFacts, reason,
+    Activity, Child, ChildFailure, Facts, FailureKind, POD_CREATION_FAILED_PREFIX, Progress,
+    StepFailure, reason,
 };
 pub use conditions::Cond;
 pub use events::{EventSpec, transition_events};
@@ -67,6 +66,7 @@ pub fn changed(old: Option<&ValkeyClusterStatus>, new: &ValkeyClusterStatus) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::plan::shards::TopologyFacts;
     use k8s_openapi::jiff::Timestamp;
 
     fn facts() -> Facts {

@@ -31,7 +31,7 @@ pub use migrate::{
 pub use observe::{Position, observe_node, observe_topology};
 pub use topology::{
     FailoverMode, add_slots_range, ensure_config_epoch, failover, forget_everywhere, meet,
-    replicate, reset_soft,
+    meet_again, replicate, reset_soft,
 };
 
 /// Errors of cluster commands.

@@ -110,6 +110,14 @@ pub async fn meet(pool: &NodePool, seed_addr: &str, new: SocketAddr) -> Result<b
     Ok(true)
 }
 
+/// Sends `CLUSTER MEET <addr>` to `seed_addr` unconditionally: the seed knows the node under
+/// an old address, and gossip alone would not update it.
+pub async fn meet_again(pool: &NodePool, seed_addr: &str, addr: SocketAddr) -> Result<()> {
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("MEET").arg(addr.ip().to_string()).arg(addr.port());
+    exec(pool, seed_addr, &cmd).await
+}
+
 /// Waits until the node at `addr` knows the node `id` (after MEET gossip).
 pub async fn wait_known(pool: &NodePool, addr: &str, id: &str, timeout: Duration) -> Result<()> {
     poll_until(

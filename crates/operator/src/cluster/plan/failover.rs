@@ -41,7 +41,10 @@ use valkey_ops::model::ClusterNode;
 use valkey_ops::{Layout, Member, NodeView, Topology};
 
 use super::Step;
-use crate::status::FAILOVER_STUCK;
+
+/// Start of the ClusterFormed message of a shard whose failover is stuck (it also marks the
+/// transition that emits `FailoverFailed`).
+pub const FAILOVER_STUCK: &str = "no failover for shard";
 
 /// The timing settings the failover rule derives its bounds from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -304,8 +307,8 @@ pub fn failover_step(
 
 #[cfg(test)]
 mod tests {
-    use super::super::next_step;
     use super::super::testworld::*;
+    use super::super::topology::next_step;
     use super::*;
     use valkey_ops::model::LinkState;
 

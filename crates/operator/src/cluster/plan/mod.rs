@@ -11,9 +11,10 @@
 
 pub mod failover;
 mod handover;
-mod rebalance;
+pub mod rebalance;
 mod removal;
 pub mod roll;
+pub mod shards;
 #[cfg(test)]
 pub(crate) mod testworld;
 mod topology;
@@ -29,10 +30,8 @@ use valkey_ops::{Layout, SlotRange, Topology};
 
 pub use failover::FailoverTiming;
 pub use rebalance::{Balance, KEY_MIGRATION_BATCH_SLOTS, REBALANCE_BATCH_SLOTS};
-pub use topology::next_step;
 
-use crate::status::TopologyFacts;
-use crate::status::shards::analyze;
+use shards::{TopologyFacts, analyze};
 
 /// One bounded step.
 #[derive(Clone, Debug, PartialEq)]
@@ -179,7 +178,7 @@ pub struct Input<'a> {
     pub layout: Layout,
     /// Every member (inside and outside the layout).
     pub topology: &'a Topology,
-    /// IPs of the cluster's pods that still exist (see [`topology::next_step`]).
+    /// IPs of the cluster's pods that still exist (a primary whose IP no pod holds is gone for certain).
     pub pod_ips: &'a BTreeSet<IpAddr>,
     /// IP → name of the cluster's pods being deleted that still run (see [`handover`]).
     pub terminating: &'a BTreeMap<IpAddr, String>,
@@ -212,6 +211,30 @@ pub struct Plan {
     pub unobserved_nodes: usize,
     /// Look again after this long: a rolling update waits for its nodes to settle.
     pub retry_in: Option<std::time::Duration>,
+}
+
+/// The layout `vc` asks for.
+pub fn layout(vc: &valkey_api::ValkeyCluster) -> Layout {
+    Layout {
+        shards: vc.spec.shards.max(0),
+        replicas: vc.spec.replicas.max(0),
+    }
+}
+
+/// The failure-detection timing of `vc` (its `cluster-node-timeout` and `repl-timeout`, else
+/// the operator's and Valkey's defaults).
+pub fn failover_timing(vc: &valkey_api::ValkeyCluster) -> FailoverTiming {
+    let default = FailoverTiming::default();
+    let ms = |key: &str, scale: u64, fallback: u64| {
+        vc.spec
+            .config_value(key)
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(fallback, |v| v.saturating_mul(scale))
+    };
+    FailoverTiming {
+        node_timeout_ms: ms("cluster-node-timeout", 1, default.node_timeout_ms),
+        repl_timeout_ms: ms("repl-timeout", 1000, default.repl_timeout_ms),
+    }
 }
 
 /// Plans one pass.

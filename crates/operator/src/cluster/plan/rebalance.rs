@@ -9,7 +9,10 @@ use valkey_ops::topology::{known_by, owned_slots};
 use valkey_ops::{Layout, Member, SLOT_COUNT, SlotSet, Topology};
 
 use super::{Step, Transfer};
-use crate::status::NOT_ENOUGH_MEMORY;
+
+/// How the message of a drain held back for lack of memory starts (Degraded, RebalanceFailed;
+/// the `DrainFailed` event is published when it first appears).
+pub const NOT_ENOUGH_MEMORY: &str = "not enough memory to drain";
 
 /// Slots moved per batch with atomic slot migration (Valkey 9).
 pub const REBALANCE_BATCH_SLOTS: usize = 4096;

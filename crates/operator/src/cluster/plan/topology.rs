@@ -9,16 +9,19 @@ use valkey_ops::plan::initial_assignment;
 use valkey_ops::{Layout, Member, SLOT_COUNT, SlotSet, Topology};
 
 use super::Step;
+#[cfg(test)]
 use super::failover::{FailoverTiming, failover_step};
 
-/// The next step, or `None` when the topology matches the layout (or must wait).
+/// The failover or topology step, or `None` when the topology matches the layout (or must
+/// wait): the first two sub-planners of [`super::plan`], for their unit tests.
 ///
 /// `topology` holds the members of the layout only. `pod_ips` are the IPs of every pod of the
 /// cluster that still exists (any phase but Succeeded/Failed, terminating included), when
 /// known: a primary whose IP no pod holds any more is gone for certain, and its shard is
 /// failed over without waiting for Valkey's failure detection. `timing` bounds the staleness of
 /// a replica the operator promotes.
-pub fn next_step(
+#[cfg(test)]
+pub(super) fn next_step(
     layout: Layout,
     topology: &Topology,
     pod_ips: Option<&BTreeSet<IpAddr>>,
@@ -29,7 +32,7 @@ pub fn next_step(
         .or_else(|| topology_step(layout, topology, pod_ips))
 }
 
-/// The step of [`next_step`] after the failover: MEET, re-MEET, slot assignment, replica
+/// The step after the failover: MEET, re-MEET, slot assignment, replica
 /// attachment or forgetting a departed node.
 pub(super) fn topology_step(
     layout: Layout,

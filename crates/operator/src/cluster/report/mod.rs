@@ -1,6 +1,8 @@
 //! Reporting: the ValkeyCluster status (written only when it changed), the live role of every
 //! ValkeyNode, the events of the pass, and when to look again.
 
+pub mod facts;
+
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -14,9 +16,9 @@ use valkey_api::{ValkeyCluster, ValkeyNode};
 use valkey_ops::{Member, Topology};
 
 use super::Context;
-use super::act::Moved;
 use super::operation;
 use super::plan::{Balance, Step};
+use super::steps::Moved;
 use crate::status::{self, EventSpec, Facts};
 
 /// Errors of reporting: the status could not be written (the pass is retried).

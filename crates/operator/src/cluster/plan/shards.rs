@@ -4,7 +4,42 @@
 use valkey_api::status::ShardStatus;
 use valkey_ops::{Layout, Topology};
 
-use super::TopologyFacts;
+/// What the Valkey cluster looks like, summarised from the live views.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TopologyFacts {
+    /// Shards with a live primary owning slots.
+    pub shards_present: i32,
+    /// Shards with a primary and the desired number of synced replicas.
+    pub ready_shards: i32,
+    /// Slots with an owner (as seen by the best-informed node).
+    pub slots_assigned: u32,
+    /// Desired shards without a live primary owning slots.
+    pub missing_shards: i32,
+    /// Desired replicas that are not attached and synced, summed over shards.
+    pub missing_replicas: i32,
+    /// Every live node reports `cluster_state:ok`.
+    pub cluster_ok: bool,
+    /// Live nodes whose role, primary or slots some other live node's view does not show yet
+    /// (gossip still carrying a change).
+    pub unconverged_nodes: i32,
+    /// Live pods not yet joined to the cluster (unknown to the seed node).
+    pub unjoined_nodes: i32,
+    /// Nodes the cluster still knows that are no live pod's identity (a replaced pod's old
+    /// node, not forgotten yet).
+    pub departed_nodes: i32,
+    /// Slots that still change owner before the shards are balanced (rebalance or drain).
+    pub slots_to_move: u32,
+    /// ValkeyNodes outside the layout (lower `shards` or `replicas`) not removed yet.
+    pub surplus_nodes: i32,
+    /// Why the slot balance cannot be planned yet, when it cannot.
+    pub balance_blocked: Option<String>,
+    /// Why a drain does not start (the shards being removed do not fit in the memory of the
+    /// others): what is missing and what to do.
+    pub drain_no_room: Option<String>,
+    /// A shard that has waited for its writer past the failure-detection time and that the
+    /// operator must not fail over: why, and what to do.
+    pub failover_stuck: Option<String>,
+}
 
 fn count(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)

@@ -1,0 +1,43 @@
+//! `AssignSlots`: assign unowned slots to shard primaries (`CLUSTER ADDSLOTSRANGE`).
+
+use std::net::SocketAddr;
+
+use valkey_api::status::event;
+use valkey_ops::SlotRange;
+use valkey_ops::client::NodePool;
+use valkey_ops::commands;
+
+use super::{Outcome, Reporting, TargetError, each_target};
+use crate::status::{Activity, FailureKind, Progress};
+
+const REPORTING: Reporting = Reporting {
+    action: "AssignSlots",
+    done: Some((event::PRIMARY_CREATED, event::PRIMARIES_CREATED)),
+    failed: Some(event::SLOT_ASSIGNMENT_FAILED),
+    failure: Some(FailureKind::NodeAddFailed),
+};
+
+/// Assigns each (primary address, shard, ranges).
+pub async fn run(pool: &NodePool, assignments: &[(SocketAddr, i32, Vec<SlotRange>)]) -> Outcome {
+    let mut out = Outcome::default();
+    each_target(
+        &mut out,
+        &REPORTING,
+        assignments,
+        |(addr, shard, ranges)| async move {
+            let n = commands::add_slots_range(pool, &addr.to_string(), ranges).await?;
+            Ok((n > 0).then(|| format!("shard {shard}: {n} slots")))
+        },
+        |(addr, shard, _), e| TargetError {
+            event: format!("shard {shard} at {addr}: {e}"),
+            failure: format!("assigning slots to shard {shard}: {e}"),
+        },
+        |done| format!("assigned slots: {}", done.join(", ")),
+    )
+    .await;
+    out.progress = Some(Progress::new(
+        Activity::AddingNodes,
+        "assigning slots to primaries",
+    ));
+    out
+}

@@ -1,0 +1,48 @@
+//! `Forget`: forget a failed node that is no pod's identity any more, on every member.
+
+use std::net::SocketAddr;
+
+use valkey_api::status::event;
+use valkey_ops::client::NodePool;
+use valkey_ops::commands::{self, CommandError};
+
+use super::{Outcome, Reporting, TargetError, each_target};
+use crate::status::{Activity, Progress};
+
+const REPORTING: Reporting = Reporting {
+    action: "Forget",
+    done: Some((event::STALE_NODE_FORGOTTEN, event::STALE_NODE_FORGOTTEN)),
+    failed: Some(event::NODE_FORGET_FAILED),
+    failure: None,
+};
+
+/// Forgets `node_id` on every member at `addrs`; a member that refuses (the node is not
+/// failed everywhere yet) makes it wait for a later pass.
+pub async fn run(pool: &NodePool, node_id: &str, addrs: &[SocketAddr]) -> Outcome {
+    let mut out = Outcome::default();
+    let addrs: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+    let addrs = &addrs;
+    each_target(
+        &mut out,
+        &REPORTING,
+        &[node_id],
+        |id| async move {
+            match commands::forget_everywhere(pool, addrs, id).await {
+                Ok(n) => Ok((n > 0).then(|| format!("forgot failed node {id} on {n} nodes"))),
+                Err(CommandError::Refused(m)) => Err(CommandError::NotReady(m)),
+                Err(e) => Err(e),
+            }
+        },
+        |id, e| TargetError {
+            event: format!("forgetting {id}: {e}"),
+            failure: format!("forgetting {id}: {e}"),
+        },
+        |done| done.join(", "),
+    )
+    .await;
+    out.progress = Some(Progress::new(
+        Activity::Reconciling,
+        format!("forgetting failed node {node_id}"),
+    ));
+    out
+}

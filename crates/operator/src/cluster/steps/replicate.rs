@@ -1,0 +1,47 @@
+//! `Replicate`: attach nodes as replicas of their shard's live primary
+//! (`CLUSTER REPLICATE`).
+
+use std::net::SocketAddr;
+
+use valkey_api::status::event;
+use valkey_ops::client::NodePool;
+use valkey_ops::commands;
+
+use super::{Outcome, Reporting, TargetError, each_target};
+use crate::status::{Activity, FailureKind, Progress};
+
+const REPORTING: Reporting = Reporting {
+    action: "Replicate",
+    done: Some((event::REPLICA_CREATED, event::REPLICAS_ATTACHED)),
+    failed: Some(event::REPLICA_CREATION_FAILED),
+    failure: Some(FailureKind::NodeAddFailed),
+};
+
+/// Attaches each (replica address, primary node id, shard); a replica that does not know its
+/// primary yet (gossip) waits.
+pub async fn run(pool: &NodePool, attachments: &[(SocketAddr, String, i32)]) -> Outcome {
+    let mut out = Outcome::default();
+    let waiting = each_target(
+        &mut out,
+        &REPORTING,
+        attachments,
+        |(addr, primary, shard)| async move {
+            let attached = commands::replicate(pool, &addr.to_string(), primary).await?;
+            Ok(attached.then(|| format!("{addr} → shard {shard}")))
+        },
+        |(addr, _, shard), e| TargetError {
+            event: format!("{addr} as replica in shard {shard}: {e}"),
+            failure: format!("attaching a replica to shard {shard}: {e}"),
+        },
+        |attached| format!("attached replicas: {}", attached.join(", ")),
+    )
+    .await;
+    out.progress = Some(Progress::new(
+        Activity::AddingNodes,
+        format!(
+            "attaching {} replicas ({waiting} waiting for gossip)",
+            attachments.len()
+        ),
+    ));
+    out
+}
