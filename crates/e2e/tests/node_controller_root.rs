@@ -68,7 +68,11 @@ async fn apply_cluster_objects(client: &Client, vc: &ValkeyCluster) -> anyhow::R
         &render::secrets::acl_secret(&name, NS, &acl.content, None),
     )
     .await?;
-    apply(client, &render::config::config_map(&name, NS, spec, None)).await?;
+    apply(
+        client,
+        &render::valkey_conf::config_map(&name, NS, spec, None),
+    )
+    .await?;
     apply(client, &render::service::service(&name, NS, None)).await?;
     let inputs = NodeInputs {
         acl_revision: Some(acl.revision),

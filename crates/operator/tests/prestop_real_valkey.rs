@@ -8,8 +8,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use valkey_api::defaults::VALKEY_PORT;
-use valkey_operator::render::config::SYSTEM_DIR;
 use valkey_operator::render::handover::{LINGER_SECONDS, handover_script};
+use valkey_operator::render::paths::SYSTEM_DIR;
 use valkey_operator::render::secrets::EXPORTER_PASSWORD_KEY;
 use valkey_ops::commands::{self, FailoverMode};
 use valkey_testkit::*;

@@ -30,7 +30,7 @@ pub fn pool_for(user: &str, password: &str, tls: Option<&TlsFiles>) -> NodePool 
 
 /// Balanced contiguous ranges for `n` primaries (the crate's initial-assignment planner).
 pub fn split_slots(n: usize) -> Vec<SlotRange> {
-    valkey_ops::plan::initial_assignment(n).unwrap()
+    valkey_ops::slot_plan::initial_assignment(n).unwrap()
 }
 
 /// Polls until `f` returns `Some` (panics after `timeout`).

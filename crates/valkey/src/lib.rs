@@ -5,17 +5,17 @@ pub mod client;
 pub mod commands;
 pub mod error;
 pub mod model;
-pub mod plan;
+pub mod slot_plan;
 pub mod slots;
 pub mod tls;
 pub mod topology;
 
-pub use error::{ParseError, PlanError};
+pub use error::ParseError;
 pub use model::{
     ClusterInfo, ClusterNode, ClusterNodes, ClusterState, LinkState, NodeAddr, NodeFlags,
     NodeObservation, NodeRole, PersistenceInfo, ReplicationInfo, ServerInfo, Shard, SlotMigration,
     Version,
 };
-pub use plan::{RebalancePlan, SlotMove, initial_assignment, plan_rebalance};
+pub use slot_plan::{PlanError, RebalancePlan, SlotMove, initial_assignment, plan_rebalance};
 pub use slots::{SLOT_COUNT, Slot, SlotRange, SlotSet};
 pub use topology::{Layout, Member, NodeView, Topology};

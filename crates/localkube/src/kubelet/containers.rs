@@ -19,7 +19,7 @@ use super::Shared;
 use super::backoff::Backoff;
 use super::envvars::{container_env, expand_command};
 use super::fieldpath::PodRuntimeInfo;
-use super::pods::{PodShared, terminated_state};
+use super::pod_shared::{PodShared, terminated_state};
 use super::probes::{ProbeResult, ProbeTiming, Thresholds, probe_once};
 use super::status::{ContainerRuntimeState, waiting};
 use super::volumes::{PreparedVolume, container_mounts};

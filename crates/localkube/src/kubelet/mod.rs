@@ -68,6 +68,7 @@ pub mod expand;
 pub mod fieldpath;
 mod node;
 pub mod objects;
+mod pod_shared;
 mod pods;
 pub mod portforward;
 pub mod probes;

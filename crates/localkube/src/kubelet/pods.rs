@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -20,38 +20,10 @@ use tokio::task::{JoinHandle, JoinSet};
 use super::Shared;
 use super::containers::{self, Supervisor};
 use super::fieldpath::PodRuntimeInfo;
+use super::pod_shared::PodShared;
 use super::status::{self, ContainerRuntimeState, PodRuntimeState};
 use super::volumes::{self, PreparedVolume, TokenCache, VolumeContext};
 use crate::runtime::{RunningContainer, Sandbox, Signal, kill_netns_processes};
-
-/// State of one pod shared between its worker, its container supervisors,
-/// the status reporter and fault injection.
-pub(crate) struct PodShared {
-    pub state: Mutex<PodRuntimeState>,
-    pub changed: Notify,
-    pub sandbox: Mutex<Option<Sandbox>>,
-    pub uid: String,
-    pub node: String,
-}
-
-impl PodShared {
-    pub(crate) fn with_state<R>(&self, f: impl FnOnce(&mut PodRuntimeState) -> R) -> R {
-        let r = f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()));
-        self.changed.notify_one();
-        r
-    }
-
-    pub(crate) fn snapshot(&self) -> PodRuntimeState {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn sandbox(&self) -> Option<Sandbox> {
-        self.sandbox
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-}
 
 /// The kubelets' handle on one pod worker.
 pub struct PodHandle {
@@ -755,30 +727,5 @@ async fn patch_if_changed(
             tracing::debug!(pod = pod.name_any(), error = %e, "status patch failed");
             None
         }
-    }
-}
-
-/// A terminated state for a container process that ended.
-pub(crate) fn terminated_state(
-    exit_code: i32,
-    signal: Option<i32>,
-    started_at: Option<Time>,
-    container_id: Option<String>,
-    reason: Option<&str>,
-) -> ContainerState {
-    let reason = reason
-        .map(str::to_string)
-        .unwrap_or_else(|| if exit_code == 0 { "Completed" } else { "Error" }.to_string());
-    ContainerState {
-        terminated: Some(ContainerStateTerminated {
-            exit_code,
-            signal,
-            reason: Some(reason),
-            started_at,
-            finished_at: Some(Time(Timestamp::now())),
-            container_id,
-            message: None,
-        }),
-        ..Default::default()
     }
 }

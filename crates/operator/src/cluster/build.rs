@@ -104,7 +104,7 @@ pub fn build(
             owner.clone(),
         ),
         service: render::service::service(&name, &ns, owner.clone()),
-        config_map: render::config::config_map(&name, &ns, spec, owner.clone()),
+        config_map: render::valkey_conf::config_map(&name, &ns, spec, owner.clone()),
         pdb: render::pdb::pod_disruption_budget(&name, &ns, spec, owner.clone()),
         network_policy: render::network_policy::network_policy(&name, &ns, spec, owner),
         nodes,
@@ -139,7 +139,7 @@ fn users_acl(
     let previous = observed
         .acl_secret
         .as_ref()
-        .and_then(|s| s.data.as_ref()?.get(render::config::ACL_KEY))
+        .and_then(|s| s.data.as_ref()?.get(render::paths::ACL_KEY))
         .and_then(|b| String::from_utf8(b.0.clone()).ok());
     let mut held: std::collections::BTreeMap<String, Option<String>> = resolved
         .problems

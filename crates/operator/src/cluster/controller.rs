@@ -140,8 +140,9 @@ async fn pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action, Error>
         acl_content: Some(desired.acl.0.content.as_str()),
     };
     let (pool, shared) = (&observed.pool, &ctx.shared);
-    let live = live::reconcile(pool, &nodes_api, shared, live_input, &Time(now)).await;
-    report::record_roles(&nodes_api, &observed.nodes, &observed.topology).await;
+    let live = live::apply_live(pool, &nodes_api, shared, live_input, &Time(now)).await;
+    // After the live pass, from the nodes as it left them (both write the same fields).
+    report::record_roles(&nodes_api, &live.nodes, &observed.topology).await;
     let stages = report::facts::Stages {
         requested,
         effective: &effective,

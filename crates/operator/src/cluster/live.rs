@@ -15,10 +15,9 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Resource;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use tracing::{debug, info, warn};
 use valkey_api::ValkeyNode;
-use valkey_api::labels::CLUSTER_FIELD_MANAGER;
 use valkey_api::status::event::{
     LIVE_ACL_APPLY_FAILED, LIVE_CONFIG_APPLY_FAILED, SYSTEM_USERS_RESTORED, TLS_RELOAD_FAILED,
 };
@@ -36,12 +35,14 @@ use valkey_ops::{Topology, Version};
 
 use super::tls_secret::Wanted;
 use crate::context::Shared;
-use crate::render::config::{TLS_DIR, live_settings};
+use crate::node::status_writes::{ClusterFields, apply_cluster_fields};
+use crate::render::paths::TLS_DIR;
+use crate::render::valkey_conf::live_settings;
 use crate::status::EventSpec;
 
 /// What applying the live settings to one node gave.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum LiveState {
     /// The desired state is in effect (it may just have been applied).
     Applied,
     /// The change cannot be applied yet (the mounted file is not updated): this message.
@@ -58,7 +59,7 @@ pub fn updated_conditions(
     node: &ValkeyNode,
     type_: &str,
     wanted: bool,
-    outcome: &Outcome,
+    outcome: &LiveState,
     applied: &str,
     now: &Time,
 ) -> Option<Vec<Condition>> {
@@ -74,10 +75,10 @@ pub fn updated_conditions(
         return Some(others().collect());
     }
     let (status, reason, message) = match outcome {
-        Outcome::Applied => ("True", APPLIED, applied.to_owned()),
-        Outcome::Pending(m) => ("False", PENDING_PROPAGATION, m.clone()),
-        Outcome::Failed(m) => ("False", APPLY_FAILED, m.clone()),
-        Outcome::Unobserved => return None,
+        LiveState::Applied => ("True", APPLIED, applied.to_owned()),
+        LiveState::Pending(m) => ("False", PENDING_PROPAGATION, m.clone()),
+        LiveState::Failed(m) => ("False", APPLY_FAILED, m.clone()),
+        LiveState::Unobserved => return None,
     };
     if existing.is_some_and(|c| {
         c.status == status
@@ -103,7 +104,7 @@ pub fn updated_conditions(
 }
 
 /// What a pass of live changes left to do.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct Summary {
     /// Nodes whose mounted ACL file does not have the new revision yet.
     pub acl_pending: usize,
@@ -114,6 +115,8 @@ pub struct Summary {
     /// Events for the ValkeyCluster: `SystemUsersRestored`, one per server whose system
     /// users were applied again.
     pub events: Vec<EventSpec>,
+    /// The observed ValkeyNodes with what this pass wrote to their status.
+    pub nodes: Vec<ValkeyNode>,
 }
 
 /// How long after a change of the CA bundle alone (the certificate unchanged) the pods are
@@ -173,9 +176,9 @@ pub fn tls_verdict(
     before: &str,
     after: &str,
     now: &Time,
-) -> Outcome {
+) -> LiveState {
     if after != want.fingerprint {
-        return Outcome::Pending(format!(
+        return LiveState::Pending(format!(
             "the pod serves certificate sha256:{} while the TLS Secret has sha256:{} (revision {}): waiting for the kubelet to update the mounted files",
             short(after),
             short(&want.fingerprint),
@@ -185,13 +188,13 @@ pub fn tls_verdict(
     // Serving the new certificate after the reload: the files of this revision were read
     // (the kubelet swaps all keys of a Secret volume at once).
     if before != want.fingerprint {
-        return Outcome::Applied;
+        return LiveState::Applied;
     }
     // The certificate is unchanged. A node with no record loaded the files it started with; a
     // node that recorded another revision had its CA bundle or key changed, which only shows
     // by waiting out the kubelet's update window while reloading.
     let Some(current) = condition(node, TLS_CERTIFICATE_APPLIED) else {
-        return Outcome::Applied;
+        return LiveState::Applied;
     };
     let marker = format!("revision {} ", want.revision);
     let since = if current.status == "False"
@@ -204,9 +207,9 @@ pub fn tls_verdict(
     };
     let waited = now.0.duration_since(since).as_secs().max(0) as u64;
     if waited >= CA_SETTLE.as_secs() {
-        return Outcome::Applied;
+        return LiveState::Applied;
     }
-    Outcome::Pending(format!(
+    LiveState::Pending(format!(
         "the CA bundle of TLS Secret revision {} is reloaded on every pass until {} s after the change (the kubelet may update the mounted files until then)",
         want.revision,
         CA_SETTLE.as_secs()
@@ -221,7 +224,7 @@ async fn reload_tls(
     node: &ValkeyNode,
     want: &Wanted,
     now: &Time,
-) -> Outcome {
+) -> LiveState {
     let served = || async {
         served_certificate(addr, PROBE_TIMEOUT)
             .await
@@ -231,7 +234,7 @@ async fn reload_tls(
         Ok(f) => f,
         Err(e) => {
             debug!(node = %node.name_any(), error = %e, "served certificate not read");
-            return Outcome::Unobserved;
+            return LiveState::Unobserved;
         }
     };
     let files = [
@@ -241,7 +244,7 @@ async fn reload_tls(
     ];
     let files: Vec<(&str, &str)> = files.iter().map(|(k, v)| (*k, v.as_str())).collect();
     if let Err(e) = tls_reload(pool, addr, &files).await {
-        return Outcome::Failed(format!(
+        return LiveState::Failed(format!(
             "CONFIG SET tls-cert-file/tls-key-file/tls-ca-cert-file on {addr}: {e}"
         ));
     }
@@ -255,7 +258,7 @@ async fn reload_tls(
         }
         Err(e) => {
             debug!(node = %node.name_any(), error = %e, "served certificate not read");
-            Outcome::Unobserved
+            LiveState::Unobserved
         }
     }
 }
@@ -279,7 +282,7 @@ pub struct Input<'a> {
 /// its reachable pod, records `LiveConfigApplied`, `ACLApplied` and `TLSCertificateApplied` on
 /// the observed ValkeyNodes when they change, and emits `LiveConfigApplyFailed` /
 /// `LiveACLApplyFailed` / `TLSReloadFailed` when a node enters a failed state.
-pub async fn reconcile(
+pub async fn apply_live(
     pool: &NodePool,
     api: &Api<ValkeyNode>,
     shared: &Shared,
@@ -296,6 +299,7 @@ pub async fn reconcile(
     let mut summary = Summary::default();
     for node in observed {
         let Some(want) = desired.iter().find(|d| d.name_any() == node.name_any()) else {
+            summary.nodes.push(node.clone());
             continue;
         };
         // Live keys set before: those of the spec as observed, and those recorded in status.
@@ -332,23 +336,23 @@ pub async fn reconcile(
             .collect();
         let params = live_settings(want.spec.config.live.as_ref(), &previously);
         let config = match addr {
-            _ if params.is_empty() => Outcome::Applied,
-            None => Outcome::Unobserved,
+            _ if params.is_empty() => LiveState::Applied,
+            None => LiveState::Unobserved,
             Some(a) => match config_set(pool, a, &params).await {
                 Ok(changed) => {
                     if !changed.is_empty() {
                         info!(node = %node.name_any(), ?changed, "live settings applied");
                     }
-                    Outcome::Applied
+                    LiveState::Applied
                 }
-                Err(e) => Outcome::Failed(format!("CONFIG SET on {a}: {e}")),
+                Err(e) => LiveState::Failed(format!("CONFIG SET on {a}: {e}")),
             },
         };
         let applied = format!("live settings in effect: {}", user_keys.join(", "));
         let conditions = updated_conditions(
             &node,
             LIVE_CONFIG_APPLIED,
-            !user_keys.is_empty() || matches!(config, Outcome::Failed(_)),
+            !user_keys.is_empty() || matches!(config, LiveState::Failed(_)),
             &config,
             &applied,
             now,
@@ -358,7 +362,7 @@ pub async fn reconcile(
             .status
             .as_ref()
             .map_or(&[][..], |s| &s.live_config_keys);
-        let keys = (config == Outcome::Applied && recorded.iter().ne(&user_keys))
+        let keys = (config == LiveState::Applied && recorded.iter().ne(&user_keys))
             .then(|| user_keys.iter().map(|k| (*k).to_owned()).collect());
         if conditions.is_some() || keys.is_some() {
             let conditions = conditions.unwrap_or_else(|| {
@@ -415,16 +419,16 @@ pub async fn reconcile(
                             ));
                         }
                         digest = Some(effect.digest);
-                        Outcome::Applied
+                        LiveState::Applied
                     }
                     Err(CommandError::NotReady(m)) => {
                         summary.acl_pending += 1;
-                        Outcome::Pending(m)
+                        LiveState::Pending(m)
                     }
-                    Err(e) => Outcome::Failed(format!("ACL LOAD on {a}: {e}")),
+                    Err(e) => LiveState::Failed(format!("ACL LOAD on {a}: {e}")),
                 }
             }
-            _ => Outcome::Unobserved,
+            _ => LiveState::Unobserved,
         };
         let applied = format!(
             "ACL revision {} in effect",
@@ -448,16 +452,16 @@ pub async fn reconcile(
         }
 
         let outcome = match tls {
-            TlsFiles::Off | TlsFiles::Unusable => Outcome::Unobserved,
-            TlsFiles::Wanted(want) if tls_in_effect(&node, want) => Outcome::Applied,
+            TlsFiles::Off | TlsFiles::Unusable => LiveState::Unobserved,
+            TlsFiles::Wanted(want) if tls_in_effect(&node, want) => LiveState::Applied,
             TlsFiles::Wanted(want) => match addr {
                 Some(a) => reload_tls(pool, a, &node, want, now).await,
-                None => Outcome::Unobserved,
+                None => LiveState::Unobserved,
             },
         };
         match &outcome {
-            Outcome::Applied => summary.tls_serving += 1,
-            Outcome::Unobserved => {}
+            LiveState::Applied => summary.tls_serving += 1,
+            LiveState::Unobserved => {}
             _ => summary.tls_pending += 1,
         }
         let applied = match tls {
@@ -480,6 +484,7 @@ pub async fn reconcile(
             };
             record(api, shared, &mut node, update, &outcome, TLS_RELOAD_FAILED).await;
         }
+        summary.nodes.push(node);
     }
     summary
 }
@@ -548,66 +553,34 @@ async fn acl_in_effect(
     })
 }
 
-/// Condition types of a ValkeyNode this pass owns (the node controller owns the others).
-const OWNED_CONDITIONS: [&str; 3] = [LIVE_CONFIG_APPLIED, ACL_APPLIED, TLS_CERTIFICATE_APPLIED];
-
-/// Writes the node's live-change conditions and live keys (server-side apply of the status with
-/// the cluster controller's field manager: the conditions list is a map keyed by type, so the
-/// node controller's conditions are never overwritten) and, for a failure, the Warning event
-/// `failed_event`. `node` keeps what was written for the next update.
+/// Writes the node's live-change conditions, live keys and system-user digest (with the
+/// cluster controller's other status fields, see `node/status_writes.rs`) and, for a failure,
+/// the Warning event `failed_event`. `node` keeps what was written for the next update.
 async fn record(
     api: &Api<ValkeyNode>,
     shared: &Shared,
     node: &mut ValkeyNode,
     update: Update,
-    outcome: &Outcome,
+    outcome: &LiveState,
     failed_event: &'static str,
 ) {
-    let mine: Vec<&Condition> = update
-        .conditions
-        .iter()
-        .filter(|c| OWNED_CONDITIONS.contains(&c.type_.as_str()))
-        .collect();
-    // Applied every time: a field this manager leaves out of an apply is removed.
-    let keys = update.live_config_keys.clone().unwrap_or_else(|| {
-        node.status
-            .as_ref()
-            .map(|s| s.live_config_keys.clone())
-            .unwrap_or_default()
-    });
-    let digest = update
-        .system_users_digest
-        .clone()
-        .or_else(|| node.status.as_ref()?.system_users_digest.clone());
-    let mut status = serde_json::json!({ "conditions": mine, "liveConfigKeys": keys });
-    if let Some(d) = digest {
-        status["systemUsersDigest"] = d.into();
+    let mut fields = ClusterFields::of(node);
+    fields.conditions = update.conditions;
+    if let Some(keys) = update.live_config_keys {
+        fields.live_config_keys = keys;
     }
-    let patch = serde_json::json!({
-        "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyNode",
-        "metadata": { "name": node.name_any() },
-        "status": status,
-    });
-    if let Err(e) = api
-        .patch_status(
-            &node.name_any(),
-            &PatchParams::apply(CLUSTER_FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-    {
+    if let Some(d) = update.system_users_digest {
+        fields.system_users_digest = Some(d);
+    }
+    if let Err(e) = apply_cluster_fields(api, &node.name_any(), &fields).await {
         debug!(node = %node.name_any(), error = %e, "could not record a live-change condition");
         return;
     }
     let status = node.status.get_or_insert_with(Default::default);
-    status.conditions = update.conditions;
-    if let Some(keys) = update.live_config_keys {
-        status.live_config_keys = keys;
-    }
-    if let Some(d) = update.system_users_digest {
-        status.system_users_digest = Some(d);
-    }
-    if let Outcome::Failed(message) = outcome {
+    status.conditions = fields.conditions;
+    status.live_config_keys = fields.live_config_keys;
+    status.system_users_digest = fields.system_users_digest;
+    if let LiveState::Failed(message) = outcome {
         warn!(node = %node.name_any(), %message, reason = failed_event, "live change not applied");
         let ev = EventSpec::warning(failed_event, "ApplyLive", message.clone());
         shared.publish(&node.object_ref(&()), &[ev]).await;
@@ -642,7 +615,7 @@ mod tests {
     }
 
     /// `LiveConfigApplied` as the reconcile pass computes it.
-    fn live(n: &ValkeyNode, outcome: &Outcome, now: &Time) -> Option<Vec<Condition>> {
+    fn live(n: &ValkeyNode, outcome: &LiveState, now: &Time) -> Option<Vec<Condition>> {
         let wanted = n.spec.config.live.as_ref().is_some_and(|l| !l.is_empty());
         updated_conditions(n, LIVE_CONFIG_APPLIED, wanted, outcome, "applied", now)
     }
@@ -654,7 +627,7 @@ mod tests {
     #[test]
     fn applied_once_then_no_writes() {
         let n = node(&[("maxmemory", "64mb")], vec![]);
-        let c = live(&n, &Outcome::Applied, &at(10)).expect("set");
+        let c = live(&n, &LiveState::Applied, &at(10)).expect("set");
         let cond = c
             .iter()
             .find(|c| c.type_ == LIVE_CONFIG_APPLIED)
@@ -665,11 +638,11 @@ mod tests {
         );
         assert_eq!(cond.observed_generation, Some(3));
         let mut n = node(&[("maxmemory", "64mb")], c);
-        assert_eq!(live(&n, &Outcome::Applied, &at(20)), None);
-        assert_eq!(live(&n, &Outcome::Unobserved, &at(20)), None);
+        assert_eq!(live(&n, &LiveState::Applied, &at(20)), None);
+        assert_eq!(live(&n, &LiveState::Unobserved, &at(20)), None);
         // A new generation of the node is acknowledged once, keeping the transition time.
         n.metadata.generation = Some(4);
-        let c = live(&n, &Outcome::Applied, &at(30)).expect("set");
+        let c = live(&n, &LiveState::Applied, &at(30)).expect("set");
         assert_eq!(c[0].observed_generation, Some(4));
         assert_eq!(c[0].last_transition_time, at(10));
     }
@@ -685,7 +658,7 @@ mod tests {
             observed_generation: Some(3),
         };
         let n = node(&[("maxclients", "10")], vec![ready.clone()]);
-        let c = live(&n, &Outcome::Failed("refused".into()), &at(10)).expect("set");
+        let c = live(&n, &LiveState::Failed("refused".into()), &at(10)).expect("set");
         assert_eq!(c[0], ready);
         assert_eq!(
             (c[1].status.as_str(), c[1].reason.as_str()),
@@ -697,24 +670,24 @@ mod tests {
     #[test]
     fn condition_removed_when_no_live_setting_is_left() {
         let n = node(&[("maxmemory", "64mb")], vec![]);
-        let c = live(&n, &Outcome::Applied, &at(10)).expect("set");
+        let c = live(&n, &LiveState::Applied, &at(10)).expect("set");
         let n = node(&[], c);
-        assert_eq!(live(&n, &Outcome::Applied, &at(20)), Some(vec![]));
+        assert_eq!(live(&n, &LiveState::Applied, &at(20)), Some(vec![]));
         let n = node(&[], vec![]);
-        assert_eq!(live(&n, &Outcome::Applied, &at(20)), None);
+        assert_eq!(live(&n, &LiveState::Applied, &at(20)), None);
     }
 
     #[test]
     fn acl_pending_until_the_file_has_the_revision() {
         let n = node(&[], vec![]);
-        let pending = Outcome::Pending("file has revision a, expected b".into());
+        let pending = LiveState::Pending("file has revision a, expected b".into());
         let c = updated_conditions(&n, ACL_APPLIED, true, &pending, "rev b", &at(10)).expect("set");
         assert_eq!(
             (c[0].status.as_str(), c[0].reason.as_str()),
             ("False", PENDING_PROPAGATION)
         );
         let n = node(&[], c);
-        let c = updated_conditions(&n, ACL_APPLIED, true, &Outcome::Applied, "rev b", &at(20))
+        let c = updated_conditions(&n, ACL_APPLIED, true, &LiveState::Applied, "rev b", &at(20))
             .expect("set");
         assert_eq!(
             (c[0].status.as_str(), c[0].reason.as_str()),
@@ -750,13 +723,13 @@ mod tests {
         // The mounted files are not updated yet: the pod still serves the old certificate.
         let o = tls_verdict(&n, &w, &old, &old, &at(10));
         assert!(
-            matches!(&o, Outcome::Pending(m) if m.contains("waiting for the kubelet")),
+            matches!(&o, LiveState::Pending(m) if m.contains("waiting for the kubelet")),
             "{o:?}"
         );
         // Served after the reload: in effect.
-        assert_eq!(tls_verdict(&n, &w, &old, &new, &at(10)), Outcome::Applied);
+        assert_eq!(tls_verdict(&n, &w, &old, &new, &at(10)), LiveState::Applied);
         // A node with no record that already serves it (a new pod) is in effect.
-        assert_eq!(tls_verdict(&n, &w, &new, &new, &at(10)), Outcome::Applied);
+        assert_eq!(tls_verdict(&n, &w, &new, &new, &at(10)), LiveState::Applied);
         // Recorded in effect: the pod is not looked at again.
         let applied = tls_condition("True", APPLIED, tls_applied_message(&w), 10);
         assert!(tls_in_effect(&node(&[], vec![applied]), &w));
@@ -781,7 +754,7 @@ mod tests {
         );
         assert!(!tls_in_effect(&n, &w));
         let o = tls_verdict(&n, &w, &same, &same, &at(100));
-        let Outcome::Pending(message) = o else {
+        let LiveState::Pending(message) = o else {
             panic!("{o:?}")
         };
         assert!(message.contains("revision r2 "), "{message}");
@@ -792,11 +765,11 @@ mod tests {
         );
         assert!(matches!(
             tls_verdict(&n, &w, &same, &same, &at(150)),
-            Outcome::Pending(_)
+            LiveState::Pending(_)
         ));
         assert_eq!(
             tls_verdict(&n, &w, &same, &same, &at(190)),
-            Outcome::Applied
+            LiveState::Applied
         );
         // Pending for another revision does not count.
         let other = Wanted {
@@ -805,7 +778,7 @@ mod tests {
         };
         assert!(matches!(
             tls_verdict(&n, &other, &same, &same, &at(500)),
-            Outcome::Pending(_)
+            LiveState::Pending(_)
         ));
     }
 }

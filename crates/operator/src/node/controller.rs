@@ -3,7 +3,7 @@
 //! Per ValkeyNode: keep the PVC-cleanup finalizer when `reclaimPolicy: Delete`; create the claim
 //! and grow it when the requested size grows (never shrinks); write the workload only when it
 //! is missing, drifted, or its pod template changed and the roll is authorized (see
-//! [`super::plan::workload_action`]); find the pod; patch the status only when it changed.
+//! [`super::workload_plan::workload_action`]); find the pod; patch the status only when it changed.
 //! Writes use server-side apply with the field manager [`NODE_FIELD_MANAGER`], so an idle node
 //! causes no API writes.
 
@@ -31,8 +31,9 @@ use valkey_api::status::node_condition::WORKLOAD_ROLL_PENDING;
 use valkey_api::{ValkeyNode, ValkeyNodeStatus};
 
 use super::create_failure;
-use super::plan::{ObservedWorkload, WorkloadAction, pvc_request, workload_action};
-use super::status::{OWNED_CONDITIONS, Observed, compute_status};
+use super::status::{ObservedNode, compute_status};
+use super::status_writes;
+use super::workload_plan::{ObservedWorkload, WorkloadAction, pvc_request, workload_action};
 use crate::context::Shared;
 use crate::metrics::Metrics;
 use crate::render::containers::MergeError;
@@ -395,7 +396,7 @@ async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError>
         (None, None, Some(d)) => create_failure::from_deployment(d),
         _ => None,
     };
-    let observed = Observed {
+    let observed = ObservedNode {
         create_failure,
         statefulset: sts.as_ref(),
         deployment: deploy.as_ref(),
@@ -452,7 +453,7 @@ async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError>
         .await;
     }
     if node.status.as_ref() != Some(&status) {
-        patch_status(&nodes, &name, &status).await?;
+        status_writes::apply_node_fields(&nodes, &name, &status).await?;
         debug!(node = %name, ready = status.ready, "patched ValkeyNode status");
     }
     Ok(if status.ready {
@@ -473,42 +474,6 @@ fn size_infeasible(status: Option<&ValkeyNodeStatus>) -> bool {
                 && c.reason == valkey_api::status::node_reason::PVC_RESIZE_INFEASIBLE
         })
     })
-}
-
-/// Applies the status this controller owns (server-side apply with [`NODE_FIELD_MANAGER`]):
-/// not `role`, `liveConfigKeys`, `systemUsersDigest` or the live-change conditions, which the ValkeyCluster
-/// controller writes. The conditions list is a map keyed by type, so neither writer overwrites
-/// the other's conditions; a field left out (an absent `podName`) is removed.
-async fn patch_status(
-    api: &Api<ValkeyNode>,
-    name: &str,
-    status: &ValkeyNodeStatus,
-) -> Result<(), NodeError> {
-    let mut value = serde_json::to_value(status)?;
-    if let Some(obj) = value.as_object_mut() {
-        obj.remove("role");
-        obj.remove("liveConfigKeys");
-        obj.remove("systemUsersDigest");
-        if let Some(serde_json::Value::Array(conds)) = obj.get_mut("conditions") {
-            conds.retain(|c| {
-                c.get("type")
-                    .and_then(serde_json::Value::as_str)
-                    .is_some_and(|t| OWNED_CONDITIONS.contains(&t))
-            });
-        }
-    }
-    let body = serde_json::json!({
-        "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyNode",
-        "metadata": { "name": name },
-        "status": value,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(NODE_FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
-    Ok(())
 }
 
 #[cfg(test)]

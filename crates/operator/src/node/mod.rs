@@ -4,7 +4,8 @@
 
 pub mod controller;
 pub mod create_failure;
-pub mod plan;
 pub mod status;
+pub mod status_writes;
+pub mod workload_plan;
 
 pub use controller::{FINALIZER, run};

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use valkey_api::{ValkeyNode, ValkeyNodeStatus};
 
+use super::status_writes::NODE_CONDITIONS;
 use crate::render::names;
 use crate::render::workload::quantity_bytes;
 
@@ -18,7 +19,7 @@ use valkey_api::status::node_reason as reason;
 
 /// The observed world of one ValkeyNode.
 #[derive(Debug, Clone, Default)]
-pub struct Observed<'a> {
+pub struct ObservedNode<'a> {
     /// Its StatefulSet (when `workloadType: StatefulSet`).
     pub statefulset: Option<&'a StatefulSet>,
     /// Its Deployment (when `workloadType: Deployment`).
@@ -37,15 +38,6 @@ pub struct Observed<'a> {
     /// (`node/create_failure.rs`).
     pub create_failure: Option<String>,
 }
-
-/// Condition types the node controller writes (the ValkeyCluster controller writes the
-/// live-change ones).
-pub const OWNED_CONDITIONS: [&str; 4] = [
-    condition::READY,
-    condition::PVC_READY,
-    condition::PVC_SIZE_READY,
-    condition::WORKLOAD_ROLL_PENDING,
-];
 
 /// Whether a single-replica StatefulSet has rolled out its current spec.
 pub fn statefulset_rolled_out(sts: &StatefulSet) -> bool {
@@ -192,7 +184,11 @@ fn pvc_resize_state(pvc: &PersistentVolumeClaim, desired: &str) -> (bool, &'stat
 
 /// The status of `node` for the observed world. Conditions keep their `lastTransitionTime`
 /// while their status is unchanged, so an unchanged world computes an equal status.
-pub fn compute_status(node: &ValkeyNode, observed: &Observed<'_>, now: &Time) -> ValkeyNodeStatus {
+pub fn compute_status(
+    node: &ValkeyNode,
+    observed: &ObservedNode<'_>,
+    now: &Time,
+) -> ValkeyNodeStatus {
     let previous = node.status.clone().unwrap_or_default();
     let generation = node.metadata.generation;
     let mut conds = Conditions {
@@ -293,7 +289,7 @@ pub fn compute_status(node: &ValkeyNode, observed: &Observed<'_>, now: &Time) ->
     let mut conditions: Vec<Condition> = previous
         .conditions
         .iter()
-        .filter(|c| !OWNED_CONDITIONS.contains(&c.type_.as_str()))
+        .filter(|c| !NODE_CONDITIONS.contains(&c.type_.as_str()))
         .cloned()
         .collect();
     conditions.extend(conds.out);
@@ -364,7 +360,7 @@ mod tests {
     fn ready_when_pod_ready_and_rolled_out() {
         let n = node(serde_json::json!({"shards": 1}));
         let (pod, sts) = (ready_pod(), rolled_sts());
-        let obs = Observed {
+        let obs = ObservedNode {
             statefulset: Some(&sts),
             pod: Some(&pod),
             ..Default::default()
@@ -390,7 +386,7 @@ mod tests {
         sts.status.as_mut().unwrap().update_revision = Some("r2".into());
         let s = compute_status(
             &n,
-            &Observed {
+            &ObservedNode {
                 statefulset: Some(&sts),
                 pod: Some(&pod),
                 ..Default::default()
@@ -407,7 +403,7 @@ mod tests {
         .unwrap();
         let s = compute_status(
             &n,
-            &Observed {
+            &ObservedNode {
                 statefulset: Some(&rolled_sts()),
                 pod: Some(&pending),
                 ..Default::default()
@@ -425,7 +421,7 @@ mod tests {
     fn transition_time_kept_while_status_unchanged() {
         let mut n = node(serde_json::json!({"shards": 1}));
         let (pod, sts) = (ready_pod(), rolled_sts());
-        let obs = Observed {
+        let obs = ObservedNode {
             statefulset: Some(&sts),
             pod: Some(&pod),
             ..Default::default()
@@ -437,7 +433,7 @@ mod tests {
             first, second,
             "an unchanged world must not produce a status write"
         );
-        let none = Observed::default();
+        let none = ObservedNode::default();
         let third = compute_status(&n, &none, &later());
         assert_eq!(cond(&third, "Ready").last_transition_time, later());
     }
@@ -453,7 +449,7 @@ mod tests {
             pvc(serde_json::json!({"metadata": {"name": "x"}, "status": {"phase": "Pending"}}));
         let s = compute_status(
             &n,
-            &Observed {
+            &ObservedNode {
                 statefulset: Some(&sts),
                 pod: Some(&pod),
                 pvc: Some(&pending),
@@ -471,7 +467,7 @@ mod tests {
             "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}}));
         let s = compute_status(
             &n,
-            &Observed {
+            &ObservedNode {
                 statefulset: Some(&sts),
                 pod: Some(&pod),
                 pvc: Some(&small),
@@ -489,7 +485,7 @@ mod tests {
                        "conditions": [{"type": "Resizing", "status": "True"}]}}));
         let s = compute_status(
             &n,
-            &Observed {
+            &ObservedNode {
                 pvc: Some(&resizing),
                 ..Default::default()
             },
@@ -504,7 +500,7 @@ mod tests {
                        "allocatedResourceStatuses": {"storage": "ControllerResizeInfeasible"}}}));
         let s = compute_status(
             &n,
-            &Observed {
+            &ObservedNode {
                 pvc: Some(&infeasible),
                 ..Default::default()
             },
@@ -518,7 +514,7 @@ mod tests {
             "status": {"phase": "Bound", "capacity": {"storage": "2048Mi"}}}));
         let s = compute_status(
             &n,
-            &Observed {
+            &ObservedNode {
                 pvc: Some(&big),
                 ..Default::default()
             },
@@ -551,7 +547,7 @@ mod tests {
         });
         let s = compute_status(
             &n,
-            &Observed {
+            &ObservedNode {
                 roll_pending: true,
                 ..Default::default()
             },

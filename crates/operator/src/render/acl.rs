@@ -13,8 +13,8 @@ use valkey_ops::commands::acl::{
     acl_revision, password_rule, revision_marker_line, system_acl_rules,
 };
 
-use super::config::valkey_major_from_image;
 use super::secrets::{SystemPasswords, secret_string};
+use super::valkey_conf::valkey_major_from_image;
 
 /// A rendered ACL file and its revision (also the ValkeyNode's `aclHash`).
 #[derive(Clone, PartialEq, Eq)]

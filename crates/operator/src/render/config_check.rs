@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use valkey_api::{ValkeyClusterSpec, labels};
 
 use super::pod::{TMP_DIR, volumes};
-use super::{config, names, security};
+use super::{names, security, valkey_conf};
 
 /// Environment variable carrying the lines to check.
 pub const CONFIG_ENV: &str = "VALKEY_CONFIG";
@@ -45,7 +45,7 @@ esac
 /// The `valkey.conf` lines the check runs: every user setting, live ones included (a restarted
 /// pod reads them from the file too).
 pub fn checked_lines(spec: &ValkeyClusterSpec) -> String {
-    config::user_lines(spec, true)
+    valkey_conf::user_lines(spec, true)
 }
 
 /// Fingerprint of what a check judges: the image and the checked lines (12 hex digits).

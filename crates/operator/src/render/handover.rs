@@ -12,7 +12,7 @@
 //! Without an operator (or without a synced replica) the hook gives up after the bound and the
 //! server stops as before. It authenticates as the read-only `_exporter` user, like the probes.
 
-use super::config::CONFIG_DIR;
+use super::paths::CONFIG_DIR;
 use super::probes::cli_prelude;
 
 /// ConfigMap key of the hook script.

@@ -5,12 +5,12 @@
 //! Deployment, pod template, PersistentVolumeClaim) from a [`valkey_api::ValkeyNode`].
 
 pub mod acl;
-pub mod config;
 pub mod config_check;
 pub mod containers;
 pub mod handover;
 pub mod names;
 pub mod network_policy;
+pub mod paths;
 pub mod pdb;
 pub mod pod;
 pub mod probes;
@@ -19,6 +19,7 @@ pub mod security;
 pub mod service;
 pub mod spread;
 pub mod start;
+pub mod valkey_conf;
 pub mod valkeynode;
 pub mod workload;
 

@@ -17,8 +17,8 @@ use valkey_api::labels::CONFIG_HASH_ANNOTATION;
 use valkey_api::{ValkeyNodeSpec, WorkloadType};
 use valkey_ops::commands::acl::EXPORTER_USER;
 
-use super::config::{ACL_DIR, ACL_KEY, CONFIG_DIR, DATA_DIR, SYSTEM_DIR, TLS_DIR};
 use super::containers::{MergeError, merge_containers};
+use super::paths::{ACL_DIR, ACL_KEY, CONFIG_DIR, DATA_DIR, SYSTEM_DIR, TLS_DIR};
 use super::secrets::{EXPORTER_PASSWORD_KEY, REPLICATION_CONF_KEY};
 use super::{handover, names, probes, start};
 

@@ -9,7 +9,7 @@
 use valkey_api::defaults::VALKEY_PORT;
 use valkey_ops::commands::acl::EXPORTER_USER;
 
-use super::config::{CONFIG_DIR, DATA_DIR, SYSTEM_DIR, TLS_DIR};
+use super::paths::{CONFIG_DIR, DATA_DIR, SYSTEM_DIR, TLS_DIR};
 use super::secrets::EXPORTER_PASSWORD_KEY;
 use super::start::HOLD_MARKER;
 
@@ -191,8 +191,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         let port = valkey_testkit::free_port();
-        let conf = crate::render::config::tests::localize(
-            &crate::render::config::render_valkey_conf(&spec),
+        let conf = crate::render::valkey_conf::tests::localize(
+            &crate::render::valkey_conf::render_valkey_conf(&spec),
             d,
             port,
         )

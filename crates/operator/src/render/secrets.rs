@@ -159,7 +159,7 @@ pub fn acl_secret(
         metadata: names::child_meta(names::acl_secret_name(cluster), cluster, namespace, owner),
         type_: Some("Opaque".into()),
         data: Some(BTreeMap::from([(
-            super::config::ACL_KEY.to_owned(),
+            super::paths::ACL_KEY.to_owned(),
             bytes(acl_file),
         )])),
         ..Default::default()

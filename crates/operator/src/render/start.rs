@@ -33,7 +33,7 @@
 //! readiness probe fails: nothing listens). Replicas and primaries without replicas or slots
 //! start at once.
 
-use super::config::{CONFIG_DIR, CONFIG_FILE, DATA_DIR};
+use super::paths::{CONFIG_DIR, CONFIG_FILE, DATA_DIR};
 use super::probes::cli_prelude;
 
 /// ConfigMap key of the start script.
@@ -181,7 +181,7 @@ done
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::config::SYSTEM_DIR;
+    use crate::render::paths::SYSTEM_DIR;
     use crate::render::secrets::EXPORTER_PASSWORD_KEY;
     use std::path::{Path, PathBuf};
     use std::process::{Child, Command, Stdio};

@@ -5,7 +5,7 @@ use kube::ResourceExt;
 use valkey_api::node::{NodeConfig, NodeExporter};
 use valkey_api::{ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
 
-use super::{config, names, security, spread};
+use super::{names, security, spread, valkey_conf};
 
 /// The workload revision of a new ValkeyNode.
 pub const FIRST_REVISION: &str = "1";
@@ -32,7 +32,7 @@ pub fn valkey_node(
 ) -> ValkeyNode {
     let name = cluster.name_any();
     let spec = &cluster.spec;
-    let live = config::live_config(spec);
+    let live = valkey_conf::live_config(spec);
     let node_spec = ValkeyNodeSpec {
         cluster_name: name.clone(),
         shard_index,
@@ -60,7 +60,7 @@ pub fn valkey_node(
         containers: spec.containers.clone(),
         config: NodeConfig {
             config_map_name: Some(names::config_map_name(&name)),
-            hash: Some(config::config_hash(spec)),
+            hash: Some(valkey_conf::config_hash(spec)),
             live: (!live.is_empty()).then_some(live),
         },
         tls_secret_name: spec.tls_secret_name().map(str::to_owned),

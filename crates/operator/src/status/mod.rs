@@ -18,7 +18,7 @@ pub use conditions::Cond;
 pub use events::{EventSpec, transition_events};
 
 /// Builds the status of a pass from its facts, keeping transition times of unchanged conditions.
-pub fn build(
+pub fn next_status(
     previous: Option<&ValkeyClusterStatus>,
     facts: &Facts,
     shard_statuses: Vec<ShardStatus>,
@@ -87,12 +87,12 @@ mod tests {
     fn unchanged_pass_writes_nothing() {
         let t1 = Time(Timestamp::from_second(100).unwrap());
         let t2 = Time(Timestamp::from_second(200).unwrap());
-        let first = build(None, &facts(), vec![], Some(1), &t1);
+        let first = next_status(None, &facts(), vec![], Some(1), &t1);
         assert!(changed(None, &first));
-        let second = build(Some(&first), &facts(), vec![], Some(1), &t2);
+        let second = next_status(Some(&first), &facts(), vec![], Some(1), &t2);
         assert!(!changed(Some(&first), &second));
         assert_eq!(second.conditions, first.conditions);
-        let third = build(Some(&first), &facts(), vec![], Some(2), &t2);
+        let third = next_status(Some(&first), &facts(), vec![], Some(2), &t2);
         assert!(changed(Some(&first), &third));
     }
 }

@@ -5,9 +5,9 @@
 //! `ip:port` (what the operator dials); cluster-internal references use node ids.
 
 pub mod acl;
-pub mod config;
 pub mod migrate;
 pub mod observe;
+pub mod settings;
 pub mod topology;
 
 use std::future::Future;
@@ -23,12 +23,12 @@ pub use acl::{
     AclLoadOutcome, AclState, SystemUsers, acl_apply, acl_load, acl_load_unsafe, acl_revision,
     acl_state, check_user_rules, restore_system_users, system_acl_rules,
 };
-pub use config::{config_set, tls_reload, wait_replicas};
 pub use migrate::{
     AtomicMove, KeyMigrationOptions, OpenSlot, count_keys_in_slots, finish_open_slots,
     get_slot_migrations, migrate_slot_keys, migrate_slots_atomic, open_slots,
 };
 pub use observe::{Position, observe_node, observe_topology};
+pub use settings::{config_set, tls_reload, wait_replicas};
 pub use topology::{
     FailoverMode, add_slots_range, ensure_config_epoch, failover, forget_everywhere, meet,
     meet_again, replicate, reset_soft,

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use valkey_ops::plan::{RebalancePlan, plan_rebalance};
+use valkey_ops::slot_plan::{RebalancePlan, plan_rebalance};
 use valkey_ops::topology::{known_by, owned_slots};
 use valkey_ops::{Layout, Member, SLOT_COUNT, SlotSet, Topology};
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use valkey_ops::plan::initial_assignment;
+use valkey_ops::slot_plan::initial_assignment;
 use valkey_ops::{Layout, Member, SLOT_COUNT, SlotSet, Topology};
 
 use super::Step;

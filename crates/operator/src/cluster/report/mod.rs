@@ -19,6 +19,7 @@ use super::Context;
 use super::operation;
 use super::plan::{Balance, Step};
 use super::steps::Moved;
+use crate::node::status_writes::{ClusterFields, apply_cluster_fields};
 use crate::status::{self, EventSpec, Facts};
 
 /// Errors of reporting: the status could not be written (the pass is retried).
@@ -83,15 +84,19 @@ pub fn role_updates(nodes: &[ValkeyNode], topology: &Topology) -> Vec<(String, S
         .collect()
 }
 
-/// Records every ValkeyNode's live role when it changed (a merge patch of that one field).
+/// Records every ValkeyNode's live role when it changed (with the cluster controller's other
+/// status fields, see `node/status_writes.rs`).
 pub async fn record_roles(api: &Api<ValkeyNode>, nodes: &[ValkeyNode], topology: &Topology) {
-    for (node, role) in role_updates(nodes, topology) {
-        let patch = serde_json::json!({ "status": { "role": role } });
-        if let Err(e) = api
-            .patch_status(&node, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            debug!(node = %node, error = %e, "could not record the live role");
+    for (name, role) in role_updates(nodes, topology) {
+        let Some(node) = nodes.iter().find(|n| n.name_any() == name) else {
+            continue;
+        };
+        let fields = ClusterFields {
+            role: Some(role),
+            ..ClusterFields::of(node)
+        };
+        if let Err(e) = apply_cluster_fields(api, &name, &fields).await {
+            debug!(node = %name, error = %e, "could not record the live role");
         }
     }
 }
@@ -120,7 +125,7 @@ pub async fn report(
     let ns = vc.namespace().unwrap_or_default();
     let name = vc.name_any();
     let urgent = r.facts.topology.missing_shards > 0 || r.facts.topology.unconverged_nodes > 0;
-    let mut new_status = status::build(
+    let mut new_status = status::next_status(
         vc.status.as_ref(),
         &r.facts,
         r.shards,

@@ -2,8 +2,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::error::PlanError;
-use crate::plan::rebalance::quotas;
+use super::plan_error::PlanError;
+use crate::slot_plan::rebalance::quotas;
 use crate::slots::{SLOT_COUNT, Slot, SlotRange, SlotSet};
 
 /// Contiguous, balanced (±1) slot ranges for `n` primaries, in order; the boundaries are
@@ -32,7 +32,7 @@ pub fn initial_assignment(n: usize) -> Result<Vec<SlotRange>, PlanError> {
 /// Hands the slots nobody owns in `current` to the `targets` that are furthest below their
 /// balanced quota (lowest slots first, shards in key order) — for finishing an interrupted
 /// initial `ADDSLOTSRANGE` or adopting orphaned slots. Returns the slots to add per shard;
-/// a later [`plan_rebalance`](crate::plan::plan_rebalance) fixes any remaining imbalance.
+/// a later [`plan_rebalance`](crate::slot_plan::plan_rebalance) fixes any remaining imbalance.
 pub fn assign_unassigned<K: Ord + Clone>(
     current: &BTreeMap<K, SlotSet>,
     targets: &BTreeSet<K>,

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::error::PlanError;
+use super::plan_error::PlanError;
 use crate::slots::{SLOT_COUNT, SlotRange, SlotSet};
 
 /// Slots to move from one shard to another.
@@ -215,7 +215,7 @@ pub fn batch_moves<K: Ord + Clone>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::initial::initial_assignment;
+    use crate::slot_plan::initial::initial_assignment;
     use proptest::prelude::*;
 
     fn from_ranges(ranges: &[SlotRange]) -> BTreeMap<u8, SlotSet> {
