@@ -273,6 +273,11 @@ impl Metrics {
         }
     }
 
+    /// [`Self::declare_failures`] of every reason the errors `E` of a controller can have.
+    pub fn declare_failures_of<E: FailureReason>(&self, controller_name: &str) {
+        self.declare_failures(controller_name, E::REASONS);
+    }
+
     /// Records a failed reconcile pass of `controller_name` and what failed.
     pub fn failed(&self, controller_name: &str, reason: &str) {
         self.failures
@@ -281,6 +286,11 @@ impl Metrics {
                 reason: reason.to_owned(),
             })
             .inc();
+    }
+
+    /// Records a pass of `controller_name` that failed with `err` (labelled by its reason).
+    pub fn failed_with<E: FailureReason>(&self, controller_name: &str, err: &E) {
+        self.failed(controller_name, err.reason());
     }
 
     /// Sets the figures of one cluster.
@@ -361,6 +371,15 @@ impl Metrics {
         let _ = encode(&mut out, &registry);
         out
     }
+}
+
+/// The error of a controller's pass, labelled for `valkey_operator_reconcile_failures_total`
+/// by what failed (a bounded set of labels).
+pub trait FailureReason {
+    /// Every label the errors of this type can have.
+    const REASONS: &'static [&'static str];
+    /// This error's label (one of [`Self::REASONS`]).
+    fn reason(&self) -> &'static str;
 }
 
 #[cfg(test)]

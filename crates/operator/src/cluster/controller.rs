@@ -31,7 +31,7 @@ use super::rule_check;
 use super::steps::{self, Actor};
 use super::tls_secret::TlsCheck;
 use crate::context::Shared;
-use crate::metrics::Metrics;
+use crate::metrics::{FailureReason, Metrics};
 use crate::render::names;
 use crate::scope::Scope;
 
@@ -218,19 +218,20 @@ async fn act(
     out
 }
 
-/// The `reason` label of `valkey_operator_reconcile_failures_total` for each error.
-const FAILURE_REASONS: [&str; 3] = ["observe", "report", "no_namespace"];
+impl FailureReason for Error {
+    const REASONS: &'static [&'static str] = &["observe", "report", "no_namespace"];
 
-fn failure_reason(err: &Error) -> &'static str {
-    match err {
-        Error::Observe(_) => FAILURE_REASONS[0],
-        Error::Report(_) => FAILURE_REASONS[1],
-        Error::NoNamespace => FAILURE_REASONS[2],
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::Observe(_) => "observe",
+            Error::Report(_) => "report",
+            Error::NoNamespace => "no_namespace",
+        }
     }
 }
 
 fn error_policy(vc: Arc<ValkeyCluster>, err: &Error, ctx: Arc<Context>) -> Action {
-    ctx.shared.metrics.failed(CONTROLLER, failure_reason(err));
+    ctx.shared.metrics.failed_with(CONTROLLER, err);
     let cluster = format!("{}/{}", vc.namespace().unwrap_or_default(), vc.name_any());
     let _span = tracing::info_span!("retry", cluster = %cluster).entered();
     warn!(error = %err, "reconcile failed");
@@ -244,7 +245,7 @@ pub async fn run(
     scope: Scope,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    metrics.declare_failures(CONTROLLER, &FAILURE_REASONS);
+    metrics.declare_failures_of::<Error>(CONTROLLER);
     let ctx = Arc::new(Context::new(client.clone(), metrics));
     let managed = watcher::Config::default().labels(labels::CLUSTER);
     let clusters: Api<ValkeyCluster> = scope.api(&client);

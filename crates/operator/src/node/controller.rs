@@ -35,7 +35,7 @@ use super::status::{ObservedNode, compute_status};
 use super::status_writes;
 use super::workload_plan::{ObservedWorkload, WorkloadAction, pvc_request, workload_action};
 use crate::context::Shared;
-use crate::metrics::Metrics;
+use crate::metrics::{FailureReason, Metrics};
 use crate::render::containers::MergeError;
 use crate::render::names;
 use crate::render::workload::{Workload, pvc, workload};
@@ -104,7 +104,7 @@ pub async fn run(
     scope: Scope,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
-    metrics.declare_failures(CONTROLLER, &FAILURE_REASONS);
+    metrics.declare_failures_of::<NodeError>(CONTROLLER);
     let nodes: Api<ValkeyNode> = scope.api(&client);
     let owned = watcher::Config::default().labels(&managed_selector());
     Controller::new(nodes, watcher::Config::default())
@@ -133,20 +133,21 @@ pub async fn run(
     Ok(())
 }
 
-/// The `reason` label of `valkey_operator_reconcile_failures_total` for each error.
-const FAILURE_REASONS: [&str; 4] = ["api", "render", "no_namespace", "serialize"];
+impl FailureReason for NodeError {
+    const REASONS: &'static [&'static str] = &["api", "render", "no_namespace", "serialize"];
 
-fn failure_reason(err: &NodeError) -> &'static str {
-    match err {
-        NodeError::Kube(_) => FAILURE_REASONS[0],
-        NodeError::Render(_) => FAILURE_REASONS[1],
-        NodeError::NoNamespace => FAILURE_REASONS[2],
-        NodeError::Serialize(_) => FAILURE_REASONS[3],
+    fn reason(&self) -> &'static str {
+        match self {
+            NodeError::Kube(_) => "api",
+            NodeError::Render(_) => "render",
+            NodeError::NoNamespace => "no_namespace",
+            NodeError::Serialize(_) => "serialize",
+        }
     }
 }
 
 fn error_policy(node: Arc<ValkeyNode>, err: &NodeError, ctx: Arc<Ctx>) -> Action {
-    ctx.metrics.failed(CONTROLLER, failure_reason(err));
+    ctx.metrics.failed_with(CONTROLLER, err);
     let cluster = format!(
         "{}/{}",
         node.namespace().unwrap_or_default(),
@@ -269,101 +270,205 @@ async fn reconcile_workload<K: WorkloadKind>(
     }
 }
 
+/// finalizers → claim → workload → pod → report.
 #[instrument(skip_all, fields(cluster = %format!("{}/{}", node.namespace().unwrap_or_default(), node.spec.cluster_name), node = %node.name_any()))]
 async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError> {
     let ns = node.namespace().ok_or(NodeError::NoNamespace)?;
-    let name = node.name_any();
     let client = &ctx.client;
     let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), &ns);
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    if let Some(done) = finalizers(client, &nodes, &node).await? {
+        return Ok(done);
+    }
+    let claim = apply_claim(client, &node).await?;
+    let workload = apply_workload(client, &node).await?;
+    let (pod, create_failure) = observe_pod(client, &node, &workload).await?;
+    let observed = ObservedNode {
+        create_failure,
+        statefulset: workload.statefulset.as_ref(),
+        deployment: workload.deployment.as_ref(),
+        pod: pod.as_ref(),
+        pvc: claim.pvc.as_ref(),
+        resize_refused: claim.resize_refused.clone(),
+        roll_pending: workload.roll_pending,
+        // The revision the workload now carries is the applied one.
+        applied_workload_revision: workload.revision(),
+    };
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let status = compute_status(&node, &observed, &now);
+    report(
+        &ctx,
+        &nodes,
+        &node,
+        &workload,
+        claim.resize_refused.as_deref(),
+    )
+    .await?;
+    if node.status.as_ref() != Some(&status) {
+        status_writes::apply_node_fields(&nodes, &node.name_any(), &status).await?;
+        debug!(node = %node.name_any(), ready = status.ready, "patched ValkeyNode status");
+    }
+    Ok(if status.ready {
+        Action::requeue(Duration::from_secs(300))
+    } else if pod.is_none() {
+        // The workload controller's refusal shows only in events, which are not watched.
+        Action::requeue(Duration::from_secs(5))
+    } else {
+        Action::requeue(Duration::from_secs(15))
+    })
+}
+
+/// The finalizer stage: a node being deleted deletes its claim when `reclaimPolicy` is
+/// Delete, then drops its finalizer; a node whose policy changed gets or loses the finalizer.
+/// `Some` ends the pass.
+async fn finalizers(
+    client: &Client,
+    nodes: &Api<ValkeyNode>,
+    node: &ValkeyNode,
+) -> Result<Option<Action>, NodeError> {
+    let name = node.name_any();
     let has_finalizer = node.finalizers().iter().any(|f| f == FINALIZER);
-
     if node.metadata.deletion_timestamp.is_some() {
-        if has_finalizer {
-            if deletes_pvc(&node) {
-                let pvc_name = names::pvc_name(&name);
-                match pvcs.delete(&pvc_name, &DeleteParams::background()).await {
-                    Ok(_) => {
-                        info!(node = %name, pvc = %pvc_name, "deleted PersistentVolumeClaim (reclaimPolicy Delete)")
-                    }
-                    Err(kube::Error::Api(e)) if e.code == 404 => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            return finalizer_patched(&name, set_finalizers(&nodes, &node, false).await);
+        if !has_finalizer {
+            return Ok(Some(Action::await_change()));
         }
-        return Ok(Action::await_change());
-    }
-    if deletes_pvc(&node) != has_finalizer {
-        // The patch triggers another reconcile with the new metadata.
-        return finalizer_patched(
-            &name,
-            set_finalizers(&nodes, &node, deletes_pvc(&node)).await,
-        );
-    }
-
-    let apply = PatchParams::apply(NODE_FIELD_MANAGER).force();
-
-    // Claim: create, or grow.
-    let mut observed_pvc = None;
-    let mut resize_refused = None;
-    if let Some(p) = &node.spec.persistence {
-        let pvc_name = names::pvc_name(&name);
-        let current = pvcs.get_opt(&pvc_name).await?;
-        let current_request = current
-            .as_ref()
-            .and_then(|c| c.spec.as_ref())
-            .and_then(|s| s.resources.as_ref())
-            .and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get("storage"))
-            .map(|q| q.0.clone());
-        observed_pvc = current;
-        if let Some(size) = pvc_request(current_request.as_deref(), &p.size)
-            && let Some(claim) = pvc(&node, Some(&size))
-        {
-            match pvcs.patch(&pvc_name, &apply, &Patch::Apply(&claim)).await {
-                Ok(written) => {
-                    info!(node = %name, pvc = %pvc_name, size = %size, "applied PersistentVolumeClaim");
-                    observed_pvc = Some(written);
+        if deletes_pvc(node) {
+            let ns = node.namespace().unwrap_or_default();
+            let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+            let pvc_name = names::pvc_name(&name);
+            match pvcs.delete(&pvc_name, &DeleteParams::background()).await {
+                Ok(_) => {
+                    info!(node = %name, pvc = %pvc_name, "deleted PersistentVolumeClaim (reclaimPolicy Delete)")
                 }
-                // The API server refuses the growth (a StorageClass without
-                // allowVolumeExpansion, a static volume): reported, and the rest of the node
-                // is still reconciled.
-                Err(kube::Error::Api(e))
-                    if current_request.is_some() && (e.code == 403 || e.code == 422) =>
-                {
-                    resize_refused = Some(e.message);
-                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => return Err(e.into()),
             }
         }
+        let patched = set_finalizers(nodes, node, false).await;
+        return finalizer_patched(&name, patched).map(Some);
     }
+    if deletes_pvc(node) != has_finalizer {
+        // The patch triggers another reconcile with the new metadata.
+        let patched = set_finalizers(nodes, node, deletes_pvc(node)).await;
+        return finalizer_patched(&name, patched).map(Some);
+    }
+    Ok(None)
+}
 
-    // Workload.
-    let owner = crate::render::owner_reference(&*node);
-    let desired = workload(&node, owner)?;
-    let desired_hash = desired.template_hash().unwrap_or_default().to_owned();
-    let wl_name = names::workload_name(&name);
-    let desired_rev = node.spec.workload_revision.as_deref();
-    let (mut sts, mut deploy) = (None, None);
-    let (template_changed, roll_pending) = match desired {
+/// The claim after the claim stage, and why the API server refused to grow it.
+struct Claim {
+    pvc: Option<PersistentVolumeClaim>,
+    resize_refused: Option<String>,
+}
+
+/// The claim stage: the node's claim is created, or grown to the requested size.
+async fn apply_claim(client: &Client, node: &ValkeyNode) -> Result<Claim, NodeError> {
+    let mut claim = Claim {
+        pvc: None,
+        resize_refused: None,
+    };
+    let Some(p) = &node.spec.persistence else {
+        return Ok(claim);
+    };
+    let ns = node.namespace().unwrap_or_default();
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let pvc_name = names::pvc_name(&node.name_any());
+    let current = pvcs.get_opt(&pvc_name).await?;
+    let current_request = current
+        .as_ref()
+        .and_then(|c| c.spec.as_ref())
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .map(|q| q.0.clone());
+    claim.pvc = current;
+    if let Some(size) = pvc_request(current_request.as_deref(), &p.size)
+        && let Some(desired) = pvc(node, Some(&size))
+    {
+        let apply = PatchParams::apply(NODE_FIELD_MANAGER).force();
+        match pvcs.patch(&pvc_name, &apply, &Patch::Apply(&desired)).await {
+            Ok(written) => {
+                info!(node = %node.name_any(), pvc = %pvc_name, size = %size, "applied PersistentVolumeClaim");
+                claim.pvc = Some(written);
+            }
+            // The API server refuses the growth (a StorageClass without
+            // allowVolumeExpansion, a static volume): reported, and the rest of the node is
+            // still reconciled.
+            Err(kube::Error::Api(e))
+                if current_request.is_some() && (e.code == 403 || e.code == 422) =>
+            {
+                claim.resize_refused = Some(e.message);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(claim)
+}
+
+/// The workload after the workload stage.
+struct AppliedWorkload {
+    statefulset: Option<StatefulSet>,
+    deployment: Option<Deployment>,
+    /// Its name.
+    name: String,
+    /// The pod template differs from the desired one.
+    template_changed: bool,
+    /// The change waits for the cluster controller's authorization.
+    roll_pending: bool,
+}
+
+impl AppliedWorkload {
+    /// The workload revision the workload carries.
+    fn revision(&self) -> Option<String> {
+        self.statefulset
+            .as_ref()
+            .map(|w| &w.metadata)
+            .or(self.deployment.as_ref().map(|w| &w.metadata))
+            .and_then(|m| ObservedWorkload::from_meta(m, None).workload_revision)
+    }
+}
+
+/// The workload stage: the node's StatefulSet or Deployment is applied when
+/// [`workload_action`] says so.
+async fn apply_workload(client: &Client, node: &ValkeyNode) -> Result<AppliedWorkload, NodeError> {
+    let ns = node.namespace().unwrap_or_default();
+    let owner = crate::render::owner_reference(node);
+    let desired = workload(node, owner)?;
+    let hash = desired.template_hash().unwrap_or_default().to_owned();
+    let name = names::workload_name(&node.name_any());
+    let rev = node.spec.workload_revision.as_deref();
+    let mut out = AppliedWorkload {
+        statefulset: None,
+        deployment: None,
+        name,
+        template_changed: false,
+        roll_pending: false,
+    };
+    let wl = &out.name;
+    (out.template_changed, out.roll_pending) = match desired {
         Workload::StatefulSet(obj) => {
             let (w, changed, pending) =
-                reconcile_workload(client, &ns, &wl_name, &*obj, &desired_hash, desired_rev)
-                    .await?;
-            sts = w;
+                reconcile_workload(client, &ns, wl, &*obj, &hash, rev).await?;
+            out.statefulset = w;
             (changed, pending)
         }
         Workload::Deployment(obj) => {
             let (w, changed, pending) =
-                reconcile_workload(client, &ns, &wl_name, &*obj, &desired_hash, desired_rev)
-                    .await?;
-            deploy = w;
+                reconcile_workload(client, &ns, wl, &*obj, &hash, rev).await?;
+            out.deployment = w;
             (changed, pending)
         }
     };
+    Ok(out)
+}
 
-    // Pod: the newest non-terminating pod with this position's labels.
+/// The pod stage: the newest non-terminating pod with the node's position labels, and, when
+/// there is none, why the workload controller cannot create it.
+async fn observe_pod(
+    client: &Client,
+    node: &ValkeyNode,
+    workload: &AppliedWorkload,
+) -> Result<(Option<Pod>, Option<String>), NodeError> {
+    let ns = node.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let s = &node.spec;
     let selector = names::node_selector_labels(&s.cluster_name, s.shard_index, s.node_index)
@@ -371,24 +476,23 @@ async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError>
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",");
-    let pod_list = pods.list(&ListParams::default().labels(&selector)).await?;
-    let pod = pod_list
+    let pod = pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
         .items
-        .iter()
+        .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0));
-
-    // No pod: does the workload controller fail to create it?
-    let create_failure = match (pod, &sts, &deploy) {
-        (None, Some(s), _) => {
+    let create_failure = match (&pod, &workload.statefulset, &workload.deployment) {
+        (None, Some(sts), _) => {
             let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-            let lp = ListParams::default().fields(&create_failure::event_selector(&s.name_any()));
+            let lp = ListParams::default().fields(&create_failure::event_selector(&sts.name_any()));
             match events.list(&lp).await {
                 Ok(list) => {
                     create_failure::from_events(&list.items, k8s_openapi::jiff::Timestamp::now())
                 }
                 Err(e) => {
-                    debug!(node = %name, error = %e, "cannot list the StatefulSet's events");
+                    debug!(node = %node.name_any(), error = %e, "cannot list the StatefulSet's events");
                     None
                 }
             }
@@ -396,48 +500,44 @@ async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError>
         (None, None, Some(d)) => create_failure::from_deployment(d),
         _ => None,
     };
-    let observed = ObservedNode {
-        create_failure,
-        statefulset: sts.as_ref(),
-        deployment: deploy.as_ref(),
-        pod,
-        pvc: observed_pvc.as_ref(),
-        resize_refused: resize_refused.clone(),
-        roll_pending,
-        // The revision the workload now carries is the applied one.
-        applied_workload_revision: sts
-            .as_ref()
-            .map(|w| &w.metadata)
-            .or(deploy.as_ref().map(|w| &w.metadata))
-            .and_then(|m| ObservedWorkload::from_meta(m, None).workload_revision),
-    };
+    Ok((pod, create_failure))
+}
+
+/// The report stage's events: a deferred or applied pod-template change, and a claim that
+/// cannot grow (once: the cached node may not show the status the previous pass wrote yet,
+/// so the refusal is compared with the stored status too).
+async fn report(
+    ctx: &Ctx,
+    nodes: &Api<ValkeyNode>,
+    node: &ValkeyNode,
+    workload: &AppliedWorkload,
+    resize_refused: Option<&str>,
+) -> Result<(), NodeError> {
+    let name = node.name_any();
+    let wl_name = &workload.name;
     let was_pending = node.status.as_ref().is_some_and(|s| {
         s.conditions
             .iter()
             .any(|c| c.type_ == WORKLOAD_ROLL_PENDING && c.status == "True")
     });
-    if roll_pending && !was_pending {
+    if workload.roll_pending && !was_pending {
         publish(
-            &ctx,
-            &node,
+            ctx,
+            node,
             WORKLOAD_ROLL_DEFERRED,
             format!("pod template of {wl_name} changed; waiting for a new spec.workloadRevision"),
         )
         .await;
-    } else if template_changed && !roll_pending {
+    } else if workload.template_changed && !workload.roll_pending {
         publish(
-            &ctx,
-            &node,
+            ctx,
+            node,
             WORKLOAD_ROLL_APPLIED,
             format!("applied the new pod template to {wl_name}"),
         )
         .await;
     }
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let status = compute_status(&node, &observed, &now);
-    // Reported once: the cached node may not show the status the previous pass wrote yet, so
-    // the refusal is compared with the stored status.
-    if let Some(why) = &resize_refused
+    if let Some(why) = resize_refused
         && !size_infeasible(node.status.as_ref())
         && !size_infeasible(nodes.get_status(&name).await?.status.as_ref())
     {
@@ -452,18 +552,7 @@ async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError>
         )
         .await;
     }
-    if node.status.as_ref() != Some(&status) {
-        status_writes::apply_node_fields(&nodes, &name, &status).await?;
-        debug!(node = %name, ready = status.ready, "patched ValkeyNode status");
-    }
-    Ok(if status.ready {
-        Action::requeue(Duration::from_secs(300))
-    } else if pod.is_none() {
-        // The workload controller's refusal shows only in events, which are not watched.
-        Action::requeue(Duration::from_secs(5))
-    } else {
-        Action::requeue(Duration::from_secs(15))
-    })
+    Ok(())
 }
 
 /// Whether `status` already reports the claim's growth as infeasible.
