@@ -325,168 +325,209 @@ pub async fn apply_live(
             .map(|m| m.addr.to_string());
         let addr = addr.as_deref();
 
-        // The user's live settings; a live key the user removed returns to Valkey's default.
-        let user_keys: Vec<&str> = want
-            .spec
-            .config
-            .live
-            .iter()
-            .flatten()
-            .map(|(k, _)| k.as_str())
-            .collect();
-        let params = live_settings(want.spec.config.live.as_ref(), &previously);
-        let config = match addr {
-            _ if params.is_empty() => LiveState::Applied,
-            None => LiveState::Unobserved,
-            Some(a) => match config_set(pool, a, &params).await {
-                Ok(changed) => {
-                    if !changed.is_empty() {
-                        info!(node = %node.name_any(), ?changed, "live settings applied");
+        let w = Writer { api, shared, now };
+        live_config(pool, &w, &mut node, want, &previously, addr).await;
+        let version = topology
+            .at(node.spec.shard_index, node.spec.node_index)
+            .and_then(|m| m.view.as_ref()?.version);
+        let acl = want.spec.acl_hash.as_deref().map(|revision| AclFile {
+            content: acl_content.unwrap_or_default(),
+            revision,
+        });
+        let (node_ref, acl) = (&mut node, acl.as_ref());
+        acl_file(pool, &w, node_ref, acl, addr, version, &mut summary).await;
+        tls_files(pool, &w, &mut node, tls, addr, &mut summary).await;
+        summary.nodes.push(node);
+    }
+    summary
+}
+
+/// Where the live pass records what it did.
+struct Writer<'a> {
+    api: &'a Api<ValkeyNode>,
+    shared: &'a Shared,
+    now: &'a Time,
+}
+
+/// The user's live settings on `node`'s server (`CONFIG SET`); a live key the user removed
+/// (`previously` set) returns to Valkey's default. Records `LiveConfigApplied` and the keys.
+async fn live_config(
+    pool: &NodePool,
+    w: &Writer<'_>,
+    node: &mut ValkeyNode,
+    want: &ValkeyNode,
+    previously: &[String],
+    addr: Option<&str>,
+) {
+    let Writer { api, shared, now } = *w;
+    let user_keys: Vec<&str> = want
+        .spec
+        .config
+        .live
+        .iter()
+        .flatten()
+        .map(|(k, _)| k.as_str())
+        .collect();
+    let params = live_settings(want.spec.config.live.as_ref(), previously);
+    let config = match addr {
+        _ if params.is_empty() => LiveState::Applied,
+        None => LiveState::Unobserved,
+        Some(a) => match config_set(pool, a, &params).await {
+            Ok(changed) => {
+                if !changed.is_empty() {
+                    info!(node = %node.name_any(), ?changed, "live settings applied");
+                }
+                LiveState::Applied
+            }
+            Err(e) => LiveState::Failed(format!("CONFIG SET on {a}: {e}")),
+        },
+    };
+    let applied = format!("live settings in effect: {}", user_keys.join(", "));
+    let conditions = updated_conditions(
+        node,
+        LIVE_CONFIG_APPLIED,
+        !user_keys.is_empty() || matches!(config, LiveState::Failed(_)),
+        &config,
+        &applied,
+        now,
+    );
+    // Once applied, the status records exactly the user's keys (a removed one is reset).
+    let recorded = node
+        .status
+        .as_ref()
+        .map_or(&[][..], |s| &s.live_config_keys);
+    let keys = (config == LiveState::Applied && recorded.iter().ne(&user_keys))
+        .then(|| user_keys.iter().map(|k| (*k).to_owned()).collect());
+    if conditions.is_some() || keys.is_some() {
+        let conditions = conditions.unwrap_or_else(|| {
+            node.status
+                .as_ref()
+                .map(|s| s.conditions.clone())
+                .unwrap_or_default()
+        });
+        let update = Update {
+            conditions,
+            live_config_keys: keys,
+            system_users_digest: None,
+        };
+        record(api, shared, node, update, &config, LIVE_CONFIG_APPLY_FAILED).await;
+    }
+}
+
+/// The ACL `file` (`None`: none wanted) on `node`'s server (see [`acl_in_effect`]); records
+/// `ACLApplied` and the
+/// system-user digest, and a `SystemUsersRestored` event when they had been changed.
+async fn acl_file(
+    pool: &NodePool,
+    w: &Writer<'_>,
+    node: &mut ValkeyNode,
+    file: Option<&AclFile<'_>>,
+    addr: Option<&str>,
+    version: Option<Version>,
+    summary: &mut Summary,
+) {
+    let Writer { api, shared, now } = *w;
+    let recorded = node
+        .status
+        .as_ref()
+        .and_then(|s| s.system_users_digest.clone());
+    let mut digest = None;
+    let wanted = file.is_some();
+    let acl = match (addr, version, file) {
+        (Some(a), Some(version), Some(file)) => {
+            match acl_in_effect(pool, a, file, version, recorded.as_deref()).await {
+                Ok(effect) => {
+                    if effect.restored {
+                        let pod = node.status.as_ref().and_then(|s| s.pod_name.clone());
+                        warn!(node = %node.name_any(), "system users were changed on the server; applied again");
+                        summary.events.push(EventSpec::warning(
+                            SYSTEM_USERS_RESTORED,
+                            "ApplyACL",
+                            format!(
+                                "the system users on pod {} were changed on the server \
+                                 (by a user allowed to change ACLs); applied them again \
+                                 from the ACL file",
+                                pod.unwrap_or_else(|| node.name_any())
+                            ),
+                        ));
                     }
+                    digest = Some(effect.digest);
                     LiveState::Applied
                 }
-                Err(e) => LiveState::Failed(format!("CONFIG SET on {a}: {e}")),
-            },
-        };
-        let applied = format!("live settings in effect: {}", user_keys.join(", "));
-        let conditions = updated_conditions(
-            &node,
-            LIVE_CONFIG_APPLIED,
-            !user_keys.is_empty() || matches!(config, LiveState::Failed(_)),
-            &config,
-            &applied,
-            now,
-        );
-        // Once applied, the status records exactly the user's keys (a removed one is reset).
-        let recorded = node
-            .status
-            .as_ref()
-            .map_or(&[][..], |s| &s.live_config_keys);
-        let keys = (config == LiveState::Applied && recorded.iter().ne(&user_keys))
-            .then(|| user_keys.iter().map(|k| (*k).to_owned()).collect());
-        if conditions.is_some() || keys.is_some() {
-            let conditions = conditions.unwrap_or_else(|| {
+                Err(CommandError::NotReady(m)) => {
+                    summary.acl_pending += 1;
+                    LiveState::Pending(m)
+                }
+                Err(e) => LiveState::Failed(format!("ACL LOAD on {a}: {e}")),
+            }
+        }
+        _ => LiveState::Unobserved,
+    };
+    let applied = format!(
+        "ACL revision {} in effect",
+        file.map(|f| f.revision).unwrap_or_default()
+    );
+    let conditions = updated_conditions(node, ACL_APPLIED, wanted, &acl, &applied, now);
+    let digest = digest.filter(|d| recorded.as_ref() != Some(d));
+    if conditions.is_some() || digest.is_some() {
+        let update = Update {
+            conditions: conditions.unwrap_or_else(|| {
                 node.status
                     .as_ref()
                     .map(|s| s.conditions.clone())
                     .unwrap_or_default()
-            });
-            let update = Update {
-                conditions,
-                live_config_keys: keys,
-                system_users_digest: None,
-            };
-            record(
-                api,
-                shared,
-                &mut node,
-                update,
-                &config,
-                LIVE_CONFIG_APPLY_FAILED,
-            )
-            .await;
-        }
-
-        // `ACL LOAD` crashes replicas of some versions: those get the file's users one by one.
-        let version = topology
-            .at(node.spec.shard_index, node.spec.node_index)
-            .and_then(|m| m.view.as_ref()?.version);
-        let recorded = node
-            .status
-            .as_ref()
-            .and_then(|s| s.system_users_digest.clone());
-        let mut digest = None;
-        let acl = match (addr, want.spec.acl_hash.as_deref(), version) {
-            (Some(a), Some(rev), Some(version)) => {
-                let file = AclFile {
-                    content: acl_content.unwrap_or_default(),
-                    revision: rev,
-                };
-                match acl_in_effect(pool, a, &file, version, recorded.as_deref()).await {
-                    Ok(effect) => {
-                        if effect.restored {
-                            let pod = node.status.as_ref().and_then(|s| s.pod_name.clone());
-                            warn!(node = %node.name_any(), "system users were changed on the server; applied again");
-                            summary.events.push(EventSpec::warning(
-                                SYSTEM_USERS_RESTORED,
-                                "ApplyACL",
-                                format!(
-                                    "the system users on pod {} were changed on the server \
-                                     (by a user allowed to change ACLs); applied them again \
-                                     from the ACL file",
-                                    pod.unwrap_or_else(|| node.name_any())
-                                ),
-                            ));
-                        }
-                        digest = Some(effect.digest);
-                        LiveState::Applied
-                    }
-                    Err(CommandError::NotReady(m)) => {
-                        summary.acl_pending += 1;
-                        LiveState::Pending(m)
-                    }
-                    Err(e) => LiveState::Failed(format!("ACL LOAD on {a}: {e}")),
-                }
-            }
-            _ => LiveState::Unobserved,
+            }),
+            live_config_keys: None,
+            system_users_digest: digest,
         };
-        let applied = format!(
-            "ACL revision {} in effect",
-            want.spec.acl_hash.as_deref().unwrap_or_default()
-        );
-        let wanted = want.spec.acl_hash.is_some();
-        let conditions = updated_conditions(&node, ACL_APPLIED, wanted, &acl, &applied, now);
-        let digest = digest.filter(|d| recorded.as_ref() != Some(d));
-        if conditions.is_some() || digest.is_some() {
-            let update = Update {
-                conditions: conditions.unwrap_or_else(|| {
-                    node.status
-                        .as_ref()
-                        .map(|s| s.conditions.clone())
-                        .unwrap_or_default()
-                }),
-                live_config_keys: None,
-                system_users_digest: digest,
-            };
-            record(api, shared, &mut node, update, &acl, LIVE_ACL_APPLY_FAILED).await;
-        }
-
-        let outcome = match tls {
-            TlsFiles::Off | TlsFiles::Unusable => LiveState::Unobserved,
-            TlsFiles::Wanted(want) if tls_in_effect(&node, want) => LiveState::Applied,
-            TlsFiles::Wanted(want) => match addr {
-                Some(a) => reload_tls(pool, a, &node, want, now).await,
-                None => LiveState::Unobserved,
-            },
-        };
-        match &outcome {
-            LiveState::Applied => summary.tls_serving += 1,
-            LiveState::Unobserved => {}
-            _ => summary.tls_pending += 1,
-        }
-        let applied = match tls {
-            TlsFiles::Wanted(want) => tls_applied_message(want),
-            _ => String::new(),
-        };
-        let wanted = !matches!(tls, TlsFiles::Off);
-        if let Some(c) = updated_conditions(
-            &node,
-            TLS_CERTIFICATE_APPLIED,
-            wanted,
-            &outcome,
-            &applied,
-            now,
-        ) {
-            let update = Update {
-                conditions: c,
-                live_config_keys: None,
-                system_users_digest: None,
-            };
-            record(api, shared, &mut node, update, &outcome, TLS_RELOAD_FAILED).await;
-        }
-        summary.nodes.push(node);
+        record(api, shared, node, update, &acl, LIVE_ACL_APPLY_FAILED).await;
     }
-    summary
+}
+
+/// The TLS files on `node`'s server (reloaded when it does not serve the wanted certificate);
+/// records `TLSCertificateApplied`.
+async fn tls_files(
+    pool: &NodePool,
+    w: &Writer<'_>,
+    node: &mut ValkeyNode,
+    tls: TlsFiles<'_>,
+    addr: Option<&str>,
+    summary: &mut Summary,
+) {
+    let Writer { api, shared, now } = *w;
+    let outcome = match tls {
+        TlsFiles::Off | TlsFiles::Unusable => LiveState::Unobserved,
+        TlsFiles::Wanted(want) if tls_in_effect(node, want) => LiveState::Applied,
+        TlsFiles::Wanted(want) => match addr {
+            Some(a) => reload_tls(pool, a, node, want, now).await,
+            None => LiveState::Unobserved,
+        },
+    };
+    match &outcome {
+        LiveState::Applied => summary.tls_serving += 1,
+        LiveState::Unobserved => {}
+        _ => summary.tls_pending += 1,
+    }
+    let applied = match tls {
+        TlsFiles::Wanted(want) => tls_applied_message(want),
+        _ => String::new(),
+    };
+    let wanted = !matches!(tls, TlsFiles::Off);
+    if let Some(c) = updated_conditions(
+        node,
+        TLS_CERTIFICATE_APPLIED,
+        wanted,
+        &outcome,
+        &applied,
+        now,
+    ) {
+        let update = Update {
+            conditions: c,
+            live_config_keys: None,
+            system_users_digest: None,
+        };
+        record(api, shared, node, update, &outcome, TLS_RELOAD_FAILED).await;
+    }
 }
 
 /// A status update of a ValkeyNode: its whole condition list, and the live keys and the
