@@ -14,7 +14,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
@@ -43,13 +42,10 @@ fn seconds(text: &str) -> Vec<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubelet_root_api_logs_through_kubectl() {
-    let Some(env) = support::start_env().await else {
+    let Some((env, _, pods)) = support::start_env_in("api").await else {
         return;
     };
-    let client = env.client();
     let kubeconfig = env.kubeconfig_path();
-    create_ns(&client, "api").await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "api");
 
     // First instance prints three lines and fails; the second counts forever.
     let script = "if [ ! -e /data/ran ]; then touch /data/ran; for i in 1 2 3; do echo first $i; \

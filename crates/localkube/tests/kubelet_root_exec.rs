@@ -15,7 +15,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
@@ -60,15 +59,20 @@ fn run(kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
     run_with_stdin(kubeconfig, args, None)
 }
 
+/// `kubectl exec shell <options> -- sh -c <script>`: (exit code, stdout, stderr).
+fn exec_sh(kubeconfig: &Path, options: &[&str], script: &str) -> (i32, String, String) {
+    let mut args = vec!["exec", "shell"];
+    args.extend_from_slice(options);
+    args.extend(["--", "sh", "-c", script]);
+    run(kubeconfig, &args)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubelet_root_exec_through_kubectl() {
-    let Some(env) = support::start_env().await else {
+    let Some((env, _, pods)) = support::start_env_in("exec").await else {
         return;
     };
-    let client = env.client();
     let kubeconfig = env.kubeconfig_path();
-    create_ns(&client, "exec").await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "exec");
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {
             "name": "shell",
@@ -119,17 +123,7 @@ async fn kubelet_root_exec_through_kubectl() {
     .await;
 
     // stdout and stderr stay apart; the exit code is kubectl's.
-    let (code, out, err) = run(
-        &kubeconfig,
-        &[
-            "exec",
-            "shell",
-            "--",
-            "sh",
-            "-c",
-            "echo out; echo err >&2; exit 3",
-        ],
-    );
+    let (code, out, err) = exec_sh(&kubeconfig, &[], "echo out; echo err >&2; exit 3");
     assert_eq!(code, 3, "stdout {out:?} stderr {err:?}");
     assert_eq!(out, "out\n");
     assert!(err.starts_with("err\n"), "{err:?}");
@@ -139,28 +133,17 @@ async fn kubelet_root_exec_through_kubectl() {
     );
 
     // Success: exit 0, the container's environment, working dir and file system.
-    let (code, out, err) = run(
+    let (code, out, err) = exec_sh(
         &kubeconfig,
-        &[
-            "exec",
-            "shell",
-            "-c",
-            "main",
-            "--",
-            "sh",
-            "-c",
-            "echo $GREETING; pwd; cat /tmp/marker",
-        ],
+        &["-c", "main"],
+        "echo $GREETING; pwd; cat /tmp/marker",
     );
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, "hello from main\n/work\nready\n");
     assert_eq!(err, "");
 
     // More output than a pipe buffer or a frame holds.
-    let (code, out, err) = run(
-        &kubeconfig,
-        &["exec", "shell", "--", "sh", "-c", "seq 1 100000"],
-    );
+    let (code, out, err) = exec_sh(&kubeconfig, &[], "seq 1 100000");
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 100_000);
     assert_eq!(out.lines().last(), Some("100000"));

@@ -44,15 +44,12 @@ fn main_status(p: &Pod) -> Option<k8s_openapi::api::core::v1::ContainerStatus> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubelet_root_faults_and_lifecycle() {
-    let Some(env) = support::start_env().await else {
+    let ns = "ft";
+    let Some((env, client, pods)) = support::start_env_in(ns).await else {
         return;
     };
-    let client = env.client();
     let dir = env.dir().to_path_buf();
     let faults = env.faults().unwrap();
-    let ns = "ft";
-    create_ns(&client, ns).await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pp = PostParams::default();
 
     // --- Init containers run in order, to completion, before the containers.
@@ -91,11 +88,7 @@ async fn kubelet_root_faults_and_lifecycle() {
             s.name
         );
     }
-    wait_for("init order", Duration::from_secs(10), || {
-        let log = log_of(&dir, &init, "main", 0);
-        async move { log.contains("ORDER one two").then_some(()) }
-    })
-    .await;
+    wait_for_main_log(&dir, &init, "ORDER one two", Duration::from_secs(10)).await;
 
     // --- hostNetwork pods run in the host's network; podIP = hostIP.
     let hostnet: Pod = serde_json::from_value(json!({

@@ -34,14 +34,11 @@ fn valkey_pod(name: &str) -> Pod {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubelet_root_pod_lifecycle() {
-    let Some(env) = support::start_env().await else {
+    let ns = "kl";
+    let Some((env, client, pods)) = support::start_env_in(ns).await else {
         return;
     };
-    let client = env.client();
     let dir = env.dir().to_path_buf();
-    let ns = "kl";
-    create_ns(&client, ns).await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
 
     // --- Readiness, latency, PING from the host.
     let t0 = Instant::now();
@@ -235,11 +232,7 @@ async fn kubelet_root_pod_lifecycle() {
     )
     .await
     .unwrap();
-    wait_for("refreshed configmap", Duration::from_secs(30), || {
-        let log = log_of(&dir, &content, "main", 0);
-        async move { log.contains("CFG updated").then_some(()) }
-    })
-    .await;
+    wait_for_main_log(&dir, &content, "CFG updated", Duration::from_secs(30)).await;
 
     // --- Nested mounts under read-only volumes, listed child first (as an operator renders a
     // ConfigMap at /config and its users Secret at /config/users), three deep, and subPath
@@ -316,11 +309,7 @@ async fn kubelet_root_pod_lifecycle() {
         .await
         .unwrap();
     let stubborn = ready(&pods, "stubborn", Duration::from_secs(60)).await;
-    wait_for("stubborn started", Duration::from_secs(10), || {
-        let log = log_of(&dir, &stubborn, "main", 0);
-        async move { log.contains("STARTED").then_some(()) }
-    })
-    .await;
+    wait_for_main_log(&dir, &stubborn, "STARTED", Duration::from_secs(10)).await;
     let t = Instant::now();
     pods.delete("stubborn", &DeleteParams::default())
         .await
@@ -398,11 +387,7 @@ async fn kubelet_root_pod_lifecycle() {
     .await
     .unwrap();
     let w1 = ready(&pods, "w1", Duration::from_secs(60)).await;
-    wait_for("w1 wrote", Duration::from_secs(10), || {
-        let log = log_of(&dir, &w1, "main", 0);
-        async move { log.contains("WROTE").then_some(()) }
-    })
-    .await;
+    wait_for_main_log(&dir, &w1, "WROTE", Duration::from_secs(10)).await;
     let bound = pvcs.get("data").await.unwrap();
     assert_eq!(bound.status.unwrap().phase.as_deref(), Some("Bound"));
     pods.delete("w1", &DeleteParams::default()).await.unwrap();
@@ -417,11 +402,7 @@ async fn kubelet_root_pod_lifecycle() {
     .await
     .unwrap();
     let w2 = ready(&pods, "w2", Duration::from_secs(60)).await;
-    wait_for("w2 reads the data", Duration::from_secs(10), || {
-        let log = log_of(&dir, &w2, "main", 0);
-        async move { log.contains("persisted-").then_some(()) }
-    })
-    .await;
+    wait_for_main_log(&dir, &w2, "persisted-", Duration::from_secs(10)).await;
 
     // --- PVC expansion: PV and PVC capacity grow.
     pvcs.patch(

@@ -15,7 +15,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
@@ -78,13 +77,10 @@ fn resp(args: &[&[u8]]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubelet_root_port_forward_through_kubectl() {
-    let Some(env) = support::start_env().await else {
+    let Some((env, _, pods)) = support::start_env_in("pf").await else {
         return;
     };
-    let client = env.client();
     let kubeconfig = env.kubeconfig_path();
-    create_ns(&client, "pf").await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "pf");
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "kv"},
         "spec": {

@@ -55,15 +55,12 @@ fn storage(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubelet_root_storage() {
-    let Some(env) = support::start_env().await else {
+    let ns = "st";
+    let Some((env, client, pods)) = support::start_env_in(ns).await else {
         return;
     };
-    let client = env.client();
-    let ns = "st";
-    create_ns(&client, ns).await;
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
 
     // --- The default class.
     let classes: Api<StorageClass> = Api::all(client.clone());

@@ -59,13 +59,10 @@ async fn ready_pods(pods: &Api<Pod>, app: &str, n: usize) -> Vec<Pod> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubelet_root_workloads() {
-    let Some(env) = support::start_env().await else {
+    let ns = "wl";
+    let Some((env, client, pods)) = support::start_env_in(ns).await else {
         return;
     };
-    let client = env.client();
-    let ns = "wl";
-    create_ns(&client, ns).await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
 
     // --- Nodes: labels, capacity, addresses, conditions and leases.
     let nodes_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
@@ -238,14 +235,12 @@ async fn kubelet_root_workloads() {
         .create(&PostParams::default(), &spread)
         .await
         .unwrap();
+    let app_spread = ListParams::default().labels("app=spread");
     let message = wait_for(
         "a Pending pod with the scheduler's message",
         Duration::from_secs(60),
         || async {
-            let list = pods
-                .list(&ListParams::default().labels("app=spread"))
-                .await
-                .ok()?;
+            let list = pods.list(&app_spread).await.ok()?;
             let ready = list.items.iter().filter(|p| pod_ready(p)).count();
             let pending: Vec<String> = list
                 .items
@@ -280,14 +275,8 @@ async fn kubelet_root_workloads() {
         "owned objects collected",
         Duration::from_secs(60),
         || async {
-            let rs = rss
-                .list(&ListParams::default().labels("app=spread"))
-                .await
-                .ok()?;
-            let ps = pods
-                .list(&ListParams::default().labels("app=spread"))
-                .await
-                .ok()?;
+            let rs = rss.list(&app_spread).await.ok()?;
+            let ps = pods.list(&app_spread).await.ok()?;
             (rs.items.is_empty() && ps.items.is_empty()).then_some(())
         },
     )

@@ -132,6 +132,17 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
+/// Creates `dir` and mounts a fresh tmpfs on it.
+fn mount_tmpfs(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let out = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}
+
 fn netns_inode(pid: i32) -> String {
     std::fs::read_link(format!("/proc/{pid}/ns/net"))
         .unwrap()
@@ -555,13 +566,7 @@ async fn root_netns_cleanup_leftovers_removes_everything() {
     assert!(in_ns.len() >= 2, "{in_ns:?}");
     // A host mount under the state dir, as a kubelet might leave (e.g. a tmpfs for secrets).
     let mnt = env.state.path().join("tmpfs");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let out = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "tmpfs"])
-        .arg(&mnt)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    mount_tmpfs(&mnt);
 
     // "Crash": the runtime forgets everything.
     std::mem::forget(net);
@@ -662,13 +667,7 @@ async fn root_netns_binaries_on_other_mounts_are_visible() {
     // A separate file system (as a state dir or binary cache on another volume would be): the
     // overlay of the host root does not show it, the runtime must bind it in.
     let fs = env.state.path().join("other-fs");
-    std::fs::create_dir_all(&fs).unwrap();
-    let out = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "tmpfs"])
-        .arg(&fs)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    mount_tmpfs(&fs);
     std::fs::create_dir_all(fs.join("cache/v1")).unwrap();
     std::fs::create_dir_all(fs.join("cache/bin")).unwrap();
     let tool = fs.join("cache/v1/tool");

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::binaries::Binaries;
-use crate::certs::{Pki, ServingNames};
+use crate::certs::{CertFiles, Pki, ServingNames};
 
 /// The `kubernetes` Service's cluster IP (first address of the service range).
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
@@ -68,6 +68,22 @@ fn s(v: impl ToString) -> String {
     v.to_string()
 }
 
+/// The flags kube-controller-manager and kube-scheduler share: `kubeconfig` for the API
+/// and for delegated authn/authz, serving on 127.0.0.1:`port` with certificates in
+/// `cert_dir`, no leader election.
+fn secure_controller_args(kubeconfig: &Path, port: u16, cert_dir: &Path) -> Vec<String> {
+    let kubeconfig = kubeconfig.display();
+    vec![
+        format!("--kubeconfig={kubeconfig}"),
+        format!("--authentication-kubeconfig={kubeconfig}"),
+        format!("--authorization-kubeconfig={kubeconfig}"),
+        s("--bind-address=127.0.0.1"),
+        format!("--secure-port={port}"),
+        format!("--cert-dir={}", cert_dir.display()),
+        s("--leader-elect=false"),
+    ]
+}
+
 impl ControlPlane {
     /// Starts etcd, then the apiserver, then (optionally) the controller
     /// manager and the scheduler, waiting for each to be healthy.
@@ -87,6 +103,9 @@ impl ControlPlane {
             .timeout(Duration::from_secs(2))
             .build()?;
         let mut components = Vec::new();
+        let spawn = |name: &str, bin: &Path, args: &[String]| {
+            Component::spawn(name, bin, args, &logs.join(format!("{name}.log")))
+        };
 
         // etcd
         let etcd_port = free_port()?;
@@ -105,19 +124,9 @@ impl ControlPlane {
             s("--log-level=warn"),
             s("--quota-backend-bytes=4294967296"),
         ];
-        let mut etcd = Component::spawn(
-            "etcd",
-            &cfg.binaries.etcd,
-            &etcd_args,
-            &logs.join("etcd.log"),
-        )?;
-        wait_healthy(
-            &http,
-            &mut etcd,
-            &format!("{etcd_url}/health"),
-            Duration::from_secs(30),
-        )
-        .await?;
+        let mut etcd = spawn("etcd", &cfg.binaries.etcd, &etcd_args)?;
+        let health = format!("{etcd_url}/health");
+        wait_healthy(&http, &mut etcd, &health, Duration::from_secs(30)).await?;
         components.push(etcd);
 
         // kube-apiserver
@@ -156,60 +165,30 @@ impl ControlPlane {
             s("--profiling=false"),
             s("--v=1"),
         ];
-        let mut apiserver = Component::spawn(
-            "kube-apiserver",
-            &cfg.binaries.kube_apiserver,
-            &api_args,
-            &logs.join("kube-apiserver.log"),
-        )?;
+        let mut apiserver = spawn("kube-apiserver", &cfg.binaries.kube_apiserver, &api_args)?;
         let api_url = format!("https://127.0.0.1:{api_port}");
-        wait_healthy(
-            &http,
-            &mut apiserver,
-            &format!("{api_url}/readyz"),
-            Duration::from_secs(90),
-        )
-        .await?;
+        let health = format!("{api_url}/readyz");
+        wait_healthy(&http, &mut apiserver, &health, Duration::from_secs(90)).await?;
         components.push(apiserver);
 
+        let write_kubeconfig_of = |path: &Path, files: &CertFiles, user: &str| {
+            write_kubeconfig(path, &api_url, &pki.ca_pem, &files.cert, &files.key, user)
+        };
         let kubeconfig = dir.join("kubeconfig");
-        write_kubeconfig(
-            &kubeconfig,
-            &api_url,
-            &pki.ca_pem,
-            &pki.admin.cert,
-            &pki.admin.key,
-            "localkube-admin",
-        )?;
+        write_kubeconfig_of(&kubeconfig, &pki.admin, "localkube-admin")?;
 
         if cfg.controllers {
             let kcm_kc = pki_dir.join("controller-manager.kubeconfig");
-            write_kubeconfig(
+            write_kubeconfig_of(
                 &kcm_kc,
-                &api_url,
-                &pki.ca_pem,
-                &pki.controller_manager.cert,
-                &pki.controller_manager.key,
+                &pki.controller_manager,
                 "system:kube-controller-manager",
             )?;
             let sched_kc = pki_dir.join("scheduler.kubeconfig");
-            write_kubeconfig(
-                &sched_kc,
-                &api_url,
-                &pki.ca_pem,
-                &pki.scheduler.cert,
-                &pki.scheduler.key,
-                "system:kube-scheduler",
-            )?;
+            write_kubeconfig_of(&sched_kc, &pki.scheduler, "system:kube-scheduler")?;
             let kcm_port = free_port()?;
-            let kcm_args = vec![
-                format!("--kubeconfig={}", kcm_kc.display()),
-                format!("--authentication-kubeconfig={}", kcm_kc.display()),
-                format!("--authorization-kubeconfig={}", kcm_kc.display()),
-                s("--bind-address=127.0.0.1"),
-                format!("--secure-port={kcm_port}"),
-                format!("--cert-dir={}", dir.join("kcm-certs").display()),
-                s("--leader-elect=false"),
+            let mut kcm_args = secure_controller_args(&kcm_kc, kcm_port, &dir.join("kcm-certs"));
+            kcm_args.extend([
                 s("--controllers=*"),
                 s("--use-service-account-credentials=true"),
                 format!(
@@ -225,30 +204,17 @@ impl ControlPlane {
                 // nodes) within a second instead of five.
                 s("--node-monitor-period=1s"),
                 s("--v=1"),
-            ];
-            let mut kcm = Component::spawn(
+            ]);
+            let mut kcm = spawn(
                 "kube-controller-manager",
                 &cfg.binaries.kube_controller_manager,
                 &kcm_args,
-                &logs.join("kube-controller-manager.log"),
             )?;
             let sched_port = free_port()?;
-            let sched_args = vec![
-                format!("--kubeconfig={}", sched_kc.display()),
-                format!("--authentication-kubeconfig={}", sched_kc.display()),
-                format!("--authorization-kubeconfig={}", sched_kc.display()),
-                s("--bind-address=127.0.0.1"),
-                format!("--secure-port={sched_port}"),
-                format!("--cert-dir={}", dir.join("scheduler-certs").display()),
-                s("--leader-elect=false"),
-                s("--v=1"),
-            ];
-            let mut sched = Component::spawn(
-                "kube-scheduler",
-                &cfg.binaries.kube_scheduler,
-                &sched_args,
-                &logs.join("kube-scheduler.log"),
-            )?;
+            let mut sched_args =
+                secure_controller_args(&sched_kc, sched_port, &dir.join("scheduler-certs"));
+            sched_args.push(s("--v=1"));
+            let mut sched = spawn("kube-scheduler", &cfg.binaries.kube_scheduler, &sched_args)?;
             let kcm_url = format!("https://127.0.0.1:{kcm_port}/healthz");
             let sched_url = format!("https://127.0.0.1:{sched_port}/healthz");
             let limit = Duration::from_secs(60);

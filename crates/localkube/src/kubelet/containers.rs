@@ -3,6 +3,8 @@
 //! with the kubelet's back-off; stop it gracefully on pod deletion.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -572,50 +574,29 @@ async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
 }
 
 /// Runs a regular (or sidecar) container for the pod's lifetime.
-pub(crate) async fn supervise(sup: Supervisor, mut stop: watch::Receiver<bool>) {
-    let mut backoff = Backoff::default();
-    let mut pull_backoff = Backoff::default();
-    let mut spawned = false;
-    loop {
-        if *stop.borrow() {
-            return;
-        }
-        match run_once(&sup, &mut stop, spawned).await {
-            Outcome::Stopped => return,
-            Outcome::NotStarted { image_pull } => {
-                let d = if image_pull {
-                    pull_backoff
-                        .next(Instant::now())
-                        .max(Duration::from_secs(1))
-                } else {
-                    Duration::from_secs(2)
-                };
-                if sleep_or_stop(d, &mut stop).await {
-                    return;
-                }
-            }
-            Outcome::Exited(status) => {
-                spawned = true;
-                let policy = sup.restart_policy();
-                let restart = policy == "Always" || (policy == "OnFailure" && !status.success());
-                if !restart {
-                    return;
-                }
-                let delay = backoff.next(Instant::now());
-                if !delay.is_zero() {
-                    crash_loop_back_off(&sup, delay);
-                    if sleep_or_stop(delay, &mut stop).await {
-                        return;
-                    }
-                }
-            }
-        }
-    }
+pub(crate) async fn supervise(sup: Supervisor, stop: watch::Receiver<bool>) {
+    run_restarting(&sup, stop, |policy, status| {
+        policy == "Always" || (policy == "OnFailure" && !status.success())
+    })
+    .await;
 }
 
 /// Runs an init container to successful completion. Returns `false` if it
 /// failed for good (restartPolicy Never) or the pod is being deleted.
-pub(crate) async fn supervise_init(sup: Supervisor, mut stop: watch::Receiver<bool>) -> bool {
+pub(crate) async fn supervise_init(sup: Supervisor, stop: watch::Receiver<bool>) -> bool {
+    run_restarting(&sup, stop, |policy, status| {
+        !status.success() && policy != "Never"
+    })
+    .await
+}
+
+/// Runs the container again (with back-off) while `restart(restart policy, exit status)`
+/// says so. Returns whether its last run succeeded (`false` once the pod is being deleted).
+async fn run_restarting(
+    sup: &Supervisor,
+    mut stop: watch::Receiver<bool>,
+    restart: impl Fn(&str, &ExitStatus) -> bool,
+) -> bool {
     let mut backoff = Backoff::default();
     let mut pull_backoff = Backoff::default();
     let mut spawned = false;
@@ -623,7 +604,7 @@ pub(crate) async fn supervise_init(sup: Supervisor, mut stop: watch::Receiver<bo
         if *stop.borrow() {
             return false;
         }
-        match run_once(&sup, &mut stop, spawned).await {
+        match run_once(sup, &mut stop, spawned).await {
             Outcome::Stopped => return false,
             Outcome::NotStarted { image_pull } => {
                 let d = if image_pull {
@@ -637,15 +618,14 @@ pub(crate) async fn supervise_init(sup: Supervisor, mut stop: watch::Receiver<bo
                     return false;
                 }
             }
-            Outcome::Exited(status) if status.success() => return true,
-            Outcome::Exited(_) => {
+            Outcome::Exited(status) => {
                 spawned = true;
-                if sup.restart_policy() == "Never" {
-                    return false;
+                if !restart(&sup.restart_policy(), &status) {
+                    return status.success();
                 }
                 let delay = backoff.next(Instant::now());
                 if !delay.is_zero() {
-                    crash_loop_back_off(&sup, delay);
+                    crash_loop_back_off(sup, delay);
                     if sleep_or_stop(delay, &mut stop).await {
                         return false;
                     }
@@ -653,6 +633,54 @@ pub(crate) async fn supervise_init(sup: Supervisor, mut stop: watch::Receiver<bo
             }
         }
     }
+}
+
+/// What the probes of one container instance run against.
+struct ProbeTarget<'a> {
+    container: &'a Container,
+    running: &'a RunningContainer,
+    env: &'a [(String, String)],
+    pod_ip: &'a str,
+}
+
+impl ProbeTarget<'_> {
+    /// Runs probe `p` after its initial delay and then once a period, handing each result
+    /// and the thresholds' verdict (`Some(healthy)` once one is crossed) to `on_result`
+    /// until that breaks.
+    async fn run<B>(
+        &self,
+        p: &Probe,
+        mut on_result: impl FnMut(ProbeResult, Option<bool>) -> ControlFlow<B>,
+    ) -> B {
+        let t = ProbeTiming::of(p);
+        tokio::time::sleep(t.initial_delay).await;
+        let mut th = Thresholds::default();
+        loop {
+            let r = probe_once(p, self.container, self.running, self.env, self.pod_ip).await;
+            let verdict = th.record(r == ProbeResult::Success, &t);
+            if let ControlFlow::Break(b) = on_result(r, verdict) {
+                return b;
+            }
+            tokio::time::sleep(t.period).await;
+        }
+    }
+}
+
+/// Asks for the container to be killed because its `what` ("Startup", "Liveness") probe
+/// `p` failed with `r`.
+async fn kill_failed(
+    kill: &mpsc::Sender<(String, Option<Probe>)>,
+    what: &str,
+    p: &Probe,
+    r: ProbeResult,
+) {
+    let msg = match r {
+        ProbeResult::Failure(m) => m,
+        ProbeResult::Success => String::new(),
+    };
+    let _ = kill
+        .send((format!("{what} probe failed: {msg}"), Some(p.clone())))
+        .await;
 }
 
 /// Startup, then readiness and liveness probes of one container instance.
@@ -664,28 +692,23 @@ async fn probe_loop(
     kill: mpsc::Sender<(String, Option<Probe>)>,
 ) {
     let pod_ip = sup.info.pod_ips.first().cloned().unwrap_or_default();
+    let target = ProbeTarget {
+        container: &c,
+        running: &running,
+        env: &env,
+        pod_ip: &pod_ip,
+    };
     if let Some(p) = &c.startup_probe {
-        let t = ProbeTiming::of(p);
-        tokio::time::sleep(t.initial_delay).await;
-        let mut th = Thresholds::default();
-        loop {
-            let r = probe_once(p, &c, &running, &env, &pod_ip).await;
-            let ok = r == ProbeResult::Success;
-            match th.record(ok, &t) {
-                Some(true) => break,
-                Some(false) => {
-                    let msg = match r {
-                        ProbeResult::Failure(m) => m,
-                        ProbeResult::Success => String::new(),
-                    };
-                    let _ = kill
-                        .send((format!("Startup probe failed: {msg}"), Some(p.clone())))
-                        .await;
-                    return;
-                }
-                None => {}
-            }
-            tokio::time::sleep(t.period).await;
+        let failed = target
+            .run(p, |r, verdict| match verdict {
+                Some(true) => ControlFlow::Break(None),
+                Some(false) => ControlFlow::Break(Some(r)),
+                None => ControlFlow::Continue(()),
+            })
+            .await;
+        if let Some(r) = failed {
+            kill_failed(&kill, "Startup", p, r).await;
+            return;
         }
         let has_readiness = c.readiness_probe.is_some();
         sup.update(|s| {
@@ -697,44 +720,31 @@ async fn probe_loop(
         let Some(p) = &c.readiness_probe else {
             return;
         };
-        let t = ProbeTiming::of(p);
-        tokio::time::sleep(t.initial_delay).await;
-        let mut th = Thresholds::default();
-        loop {
-            let r = probe_once(p, &c, &running, &env, &pod_ip).await;
-            let ok = r == ProbeResult::Success;
-            if let ProbeResult::Failure(m) = &r {
-                sup.event(true, "Unhealthy", format!("Readiness probe failed: {m}"));
-            }
-            if let Some(ready) = th.record(ok, &t)
-                && sup.current().is_some_and(|s| s.ready != ready)
-            {
-                sup.update(|s| s.ready = ready);
-            }
-            tokio::time::sleep(t.period).await;
-        }
+        target
+            .run(p, |r, verdict| -> ControlFlow<Infallible> {
+                if let ProbeResult::Failure(m) = &r {
+                    sup.event(true, "Unhealthy", format!("Readiness probe failed: {m}"));
+                }
+                if let Some(ready) = verdict
+                    && sup.current().is_some_and(|s| s.ready != ready)
+                {
+                    sup.update(|s| s.ready = ready);
+                }
+                ControlFlow::Continue(())
+            })
+            .await;
     };
     let liveness = async {
         let Some(p) = &c.liveness_probe else {
             return;
         };
-        let t = ProbeTiming::of(p);
-        tokio::time::sleep(t.initial_delay).await;
-        let mut th = Thresholds::default();
-        loop {
-            let r = probe_once(p, &c, &running, &env, &pod_ip).await;
-            if th.record(r == ProbeResult::Success, &t) == Some(false) {
-                let msg = match r {
-                    ProbeResult::Failure(m) => m,
-                    ProbeResult::Success => String::new(),
-                };
-                let _ = kill
-                    .send((format!("Liveness probe failed: {msg}"), Some(p.clone())))
-                    .await;
-                return;
-            }
-            tokio::time::sleep(t.period).await;
-        }
+        let r = target
+            .run(p, |r, verdict| match verdict {
+                Some(false) => ControlFlow::Break(r),
+                _ => ControlFlow::Continue(()),
+            })
+            .await;
+        kill_failed(&kill, "Liveness", p, r).await;
     };
     tokio::join!(readiness, liveness);
 }

@@ -143,39 +143,13 @@ pub fn container_env(
                     node_allocatable,
                 )?
             } else if let Some(k) = &from.config_map_key_ref {
-                let optional = k.optional == Some(true);
-                match objects.config_map(&k.name) {
-                    Some(d) => match d.get(&k.key) {
-                        Some(v) => v.clone(),
-                        None if optional => continue,
-                        None => {
-                            return Err(EnvError::ConfigMapKey {
-                                namespace,
-                                name: k.name.clone(),
-                                key: k.key.clone(),
-                            });
-                        }
-                    },
-                    None if optional => continue,
-                    None => return Err(EnvError::ConfigMapNotFound(k.name.clone())),
-                }
+                let value = key_ref(objects, false, &namespace, &k.name, &k.key, k.optional)?;
+                let Some(v) = value else { continue };
+                v
             } else if let Some(k) = &from.secret_key_ref {
-                let optional = k.optional == Some(true);
-                match objects.secret(&k.name) {
-                    Some(d) => match d.get(&k.key) {
-                        Some(v) => v.clone(),
-                        None if optional => continue,
-                        None => {
-                            return Err(EnvError::SecretKey {
-                                namespace,
-                                name: k.name.clone(),
-                                key: k.key.clone(),
-                            });
-                        }
-                    },
-                    None if optional => continue,
-                    None => return Err(EnvError::SecretNotFound(k.name.clone())),
-                }
+                let value = key_ref(objects, true, &namespace, &k.name, &k.key, k.optional)?;
+                let Some(v) = value else { continue };
+                v
             } else {
                 String::new()
             }
@@ -197,6 +171,51 @@ pub fn container_env(
             (k, v)
         })
         .collect())
+}
+
+/// The value of a `configMapKeyRef` (or, with `secret`, a `secretKeyRef`); `None` when the
+/// object or the key is missing but the reference is optional.
+fn key_ref(
+    objects: &dyn ObjectLookup,
+    secret: bool,
+    namespace: &str,
+    name: &str,
+    key: &str,
+    optional: Option<bool>,
+) -> Result<Option<String>, EnvError> {
+    let optional = optional == Some(true);
+    let data = if secret {
+        objects.secret(name)
+    } else {
+        objects.config_map(name)
+    };
+    let Some(data) = data else {
+        return match (optional, secret) {
+            (true, _) => Ok(None),
+            (false, true) => Err(EnvError::SecretNotFound(name.to_string())),
+            (false, false) => Err(EnvError::ConfigMapNotFound(name.to_string())),
+        };
+    };
+    match data.get(key) {
+        Some(v) => Ok(Some(v.clone())),
+        None if optional => Ok(None),
+        None => {
+            let (namespace, name, key) = (namespace.to_string(), name.to_string(), key.to_string());
+            Err(if secret {
+                EnvError::SecretKey {
+                    namespace,
+                    name,
+                    key,
+                }
+            } else {
+                EnvError::ConfigMapKey {
+                    namespace,
+                    name,
+                    key,
+                }
+            })
+        }
+    }
 }
 
 /// `command` and `args` with `$(VAR)` expanded against the container's environment.

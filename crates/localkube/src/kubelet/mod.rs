@@ -309,17 +309,29 @@ impl std::fmt::Debug for Faults {
 }
 
 impl Faults {
-    fn signal(&self, ns: &str, pod: &str, container: &str, sig: Signal) -> anyhow::Result<()> {
+    /// Runs `f` on the handle of pod `ns/pod` (with the pods locked).
+    fn with_pod<T>(
+        &self,
+        ns: &str,
+        pod: &str,
+        f: impl FnOnce(&PodHandle) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
         let pods = self.shared.lock_pods();
         let handle = pods
             .values()
             .find(|h| h.namespace == ns && h.name == pod)
             .with_context(|| format!("pod {ns}/{pod} does not run on a localkube node"))?;
-        let running = handle
-            .running_container(container)
-            .with_context(|| format!("container {container} of {ns}/{pod} is not running"))?;
-        running.signal(sig)?;
-        Ok(())
+        f(handle)
+    }
+
+    fn signal(&self, ns: &str, pod: &str, container: &str, sig: Signal) -> anyhow::Result<()> {
+        self.with_pod(ns, pod, |handle| {
+            let running = handle
+                .running_container(container)
+                .with_context(|| format!("container {container} of {ns}/{pod} is not running"))?;
+            running.signal(sig)?;
+            Ok(())
+        })
     }
 
     /// Runs `argv` inside a running container (its namespaces, root and
@@ -332,16 +344,11 @@ impl Faults {
         argv: &[&str],
         timeout: std::time::Duration,
     ) -> anyhow::Result<crate::runtime::ExecResult> {
-        let (running, env) = {
-            let pods = self.shared.lock_pods();
-            let handle = pods
-                .values()
-                .find(|h| h.namespace == ns && h.name == pod)
-                .with_context(|| format!("pod {ns}/{pod} does not run on a localkube node"))?;
+        let (running, env) = self.with_pod(ns, pod, |handle| {
             handle
                 .exec_target(container)
-                .with_context(|| format!("container {container} of {ns}/{pod} is not running"))?
-        };
+                .with_context(|| format!("container {container} of {ns}/{pod} is not running"))
+        })?;
         let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
         Ok(running.exec_in(&argv, &env, timeout).await?)
     }
@@ -362,16 +369,11 @@ impl Faults {
     }
 
     fn set_link(&self, ns: &str, pod: &str, up: bool) -> anyhow::Result<()> {
-        let sandbox = {
-            let pods = self.shared.lock_pods();
-            let handle = pods
-                .values()
-                .find(|h| h.namespace == ns && h.name == pod)
-                .with_context(|| format!("pod {ns}/{pod} does not run on a localkube node"))?;
+        let sandbox = self.with_pod(ns, pod, |handle| {
             handle
                 .sandbox()
-                .with_context(|| format!("pod {ns}/{pod} has no sandbox"))?
-        };
+                .with_context(|| format!("pod {ns}/{pod} has no sandbox"))
+        })?;
         self.shared.network.set_link(&sandbox, up)?;
         Ok(())
     }

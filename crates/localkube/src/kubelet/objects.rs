@@ -26,7 +26,12 @@ pub struct Objects {
     changes: broadcast::Sender<Change>,
 }
 
-fn spawn_reflector<K>(api: Api<K>, changes: broadcast::Sender<Change>) -> (Store<K>, JoinHandle<()>)
+/// Starts a reflector over `api`, handing each event to `on_event` (a watch error is
+/// logged and retried after 500 ms first).
+pub(super) fn spawn_reflector<K>(
+    api: Api<K>,
+    mut on_event: impl FnMut(&watcher::Result<watcher::Event<K>>) + Send + 'static,
+) -> (Store<K>, JoinHandle<()>)
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -41,28 +46,39 @@ where
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
-            match event {
-                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
-                    let _ = changes.send((o.namespace().unwrap_or_default(), o.name_any()));
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::debug!(error = %e, "object watch error (retrying)");
-                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-                }
+            if let Err(e) = &event {
+                tracing::debug!(error = %e, "object watch error (retrying)");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
             }
+            on_event(&event);
         }
     });
     (reader, task)
+}
+
+/// A reflector event handler announcing applied and deleted objects on `changes`.
+fn announce_changes<K: kube::Resource + 'static>(
+    changes: broadcast::Sender<Change>,
+) -> impl FnMut(&watcher::Result<watcher::Event<K>>) + Send + 'static {
+    move |event| {
+        if let Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) = event {
+            let _ = changes.send((o.namespace().unwrap_or_default(), o.name_any()));
+        }
+    }
 }
 
 impl Objects {
     /// Starts the reflectors and waits until both caches are filled.
     pub async fn start(client: &Client) -> anyhow::Result<(Objects, Vec<JoinHandle<()>>)> {
         let (changes, _) = broadcast::channel(1024);
-        let (config_maps, t1) =
-            spawn_reflector(Api::<ConfigMap>::all(client.clone()), changes.clone());
-        let (secrets, t2) = spawn_reflector(Api::<Secret>::all(client.clone()), changes.clone());
+        let (config_maps, t1) = spawn_reflector(
+            Api::<ConfigMap>::all(client.clone()),
+            announce_changes(changes.clone()),
+        );
+        let (secrets, t2) = spawn_reflector(
+            Api::<Secret>::all(client.clone()),
+            announce_changes(changes.clone()),
+        );
         config_maps.wait_until_ready().await?;
         secrets.wait_until_ready().await?;
         Ok((
@@ -83,39 +99,35 @@ impl Objects {
     /// A ConfigMap's data (text and binary) by key.
     pub fn config_map_bytes(&self, ns: &str, name: &str) -> Option<BTreeMap<String, Vec<u8>>> {
         let cm = self.config_maps.get(&ObjectRef::new(name).within(ns))?;
-        let mut out: BTreeMap<String, Vec<u8>> = cm
-            .data
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.into_bytes()))
-            .collect();
-        for (k, ByteString(v)) in cm.binary_data.clone().unwrap_or_default() {
-            out.insert(k, v);
-        }
-        Some(out)
+        let text = entries(&cm.data, |v| v.as_bytes());
+        let binary = entries(&cm.binary_data, |ByteString(v)| v);
+        // On a key in both, `binaryData` wins (later entries replace earlier ones).
+        Some(text.chain(binary).collect())
     }
 
     /// A Secret's decoded data by key (`stringData` is merged by the API server).
     pub fn secret_bytes(&self, ns: &str, name: &str) -> Option<BTreeMap<String, Vec<u8>>> {
         let s = self.secrets.get(&ObjectRef::new(name).within(ns))?;
-        let mut out: BTreeMap<String, Vec<u8>> = s
-            .data
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, ByteString(v))| (k, v))
-            .collect();
-        for (k, v) in s.string_data.clone().unwrap_or_default() {
-            out.entry(k).or_insert_with(|| v.into_bytes());
-        }
-        Some(out)
+        let data = entries(&s.data, |ByteString(v)| v);
+        let string_data = entries(&s.string_data, |v| v.as_bytes());
+        // On a key in both, `data` wins (later entries replace earlier ones).
+        Some(string_data.chain(data).collect())
     }
 
     /// A lookup scoped to one namespace (for env vars).
     pub fn in_namespace<'a>(&'a self, ns: &'a str) -> NamespaceLookup<'a> {
         NamespaceLookup { objects: self, ns }
     }
+}
+
+/// The entries of an optional map with their values as owned bytes.
+fn entries<'a, V>(
+    map: &'a Option<BTreeMap<String, V>>,
+    bytes: impl Fn(&'a V) -> &'a [u8] + 'a,
+) -> impl Iterator<Item = (String, Vec<u8>)> + 'a {
+    map.iter()
+        .flatten()
+        .map(move |(k, v)| (k.clone(), bytes(v).to_vec()))
 }
 
 /// [`ObjectLookup`] over the caches for one namespace.

@@ -334,11 +334,9 @@ fn start_exec(
     }
     let target = {
         let pods = api.shared.lock_pods();
-        let Some((_, handle)) = find_pod(&pods, &api.node, &namespace, &pod, uid.as_deref()) else {
-            return error(
-                StatusCode::NOT_FOUND,
-                format!("pod {namespace}/{pod} does not run on node {}", api.node),
-            );
+        let handle = match pod_on_node(&api, &pods, &namespace, &pod, uid.as_deref()) {
+            Ok(handle) => handle,
+            Err(resp) => return *resp,
         };
         let known = {
             let st = handle.snapshot();
@@ -361,17 +359,9 @@ fn start_exec(
             format!("container {container} in pod {namespace}/{pod} is not running"),
         );
     };
-    let (on_upgrade, protocol) = match upgrade(&mut req, exec::PROTOCOLS) {
-        Ok(u) => u,
-        Err(resp) => return *resp,
-    };
-    tokio::spawn(async move {
-        match on_upgrade.await {
-            Ok(upgraded) => exec::serve(TokioIo::new(upgraded), opts, running, env).await,
-            Err(e) => tracing::debug!(error = %e, "exec: upgrade failed"),
-        }
-    });
-    switching_protocols(protocol)
+    upgrade_and_serve(&mut req, exec::PROTOCOLS, "exec", move |io| {
+        exec::serve(io, opts, running, env)
+    })
 }
 
 /// `portForward` of a pod on this node: checks the pod and the upgrade request, answers `101
@@ -402,11 +392,9 @@ fn start_port_forward(
     let error = |code: StatusCode, msg: String| (code, format!("{msg}\n")).into_response();
     let netns = {
         let pods = api.shared.lock_pods();
-        let Some((_, handle)) = find_pod(&pods, &api.node, &namespace, &pod, uid.as_deref()) else {
-            return error(
-                StatusCode::NOT_FOUND,
-                format!("pod {namespace}/{pod} does not run on node {}", api.node),
-            );
+        let handle = match pod_on_node(&api, &pods, &namespace, &pod, uid.as_deref()) {
+            Ok(handle) => handle,
+            Err(resp) => return *resp,
         };
         match handle.sandbox() {
             Some(sb) => Some(sb.netns_path),
@@ -427,37 +415,39 @@ fn start_port_forward(
             }
         }
     };
-    let (on_upgrade, protocol) = match upgrade(&mut req, portforward::PROTOCOLS) {
-        Ok(u) => u,
-        Err(resp) => return *resp,
-    };
     let target = portforward::Target {
         pod: format!("{namespace}/{pod}"),
         netns,
     };
-    tokio::spawn(async move {
-        match on_upgrade.await {
-            Ok(upgraded) => portforward::serve(TokioIo::new(upgraded), target).await,
-            Err(e) => tracing::debug!(error = %e, "port-forward: upgrade failed"),
-        }
-    });
-    switching_protocols(protocol)
+    upgrade_and_serve(
+        &mut req,
+        portforward::PROTOCOLS,
+        "port-forward",
+        move |io| portforward::serve(io, target),
+    )
 }
 
-/// The pod `namespace/name` (with `uid`, if given) running on `node`.
-fn find_pod<'a>(
+/// The pod `namespace/name` (with `uid`, if given) running on the node of `api`, or the
+/// `404 Not Found` answer.
+fn pod_on_node<'a>(
+    api: &NodeApi,
     pods: &'a std::collections::HashMap<String, PodHandle>,
-    node: &str,
     namespace: &str,
     name: &str,
     uid: Option<&str>,
-) -> Option<(&'a String, &'a PodHandle)> {
-    pods.iter().find(|(u, h)| {
-        h.namespace == namespace
-            && h.name == name
-            && h.node == node
-            && uid.is_none_or(|uid| uid == u.as_str())
-    })
+) -> Result<&'a PodHandle, Box<Response>> {
+    pods.iter()
+        .find(|(u, h)| {
+            h.namespace == namespace
+                && h.name == name
+                && h.node == api.node
+                && uid.is_none_or(|uid| uid == u.as_str())
+        })
+        .map(|(_, h)| h)
+        .ok_or_else(|| {
+            let msg = format!("pod {namespace}/{name} does not run on node {}\n", api.node);
+            Box::new((StatusCode::NOT_FOUND, msg).into_response())
+        })
 }
 
 /// Checks that `req` asks for an upgrade to SPDY/3.1 with one of `protocols` (the kubelet's
@@ -520,6 +510,30 @@ pub fn negotiate<'a>(
 }
 
 /// `101 Switching Protocols` to SPDY/3.1 with `protocol`.
+/// Answers `101 Switching Protocols` to a valid upgrade request ([`upgrade`]) and serves the
+/// upgraded connection with `serve` (`what` names the session in logs); else the error.
+fn upgrade_and_serve<Fut>(
+    req: &mut Request,
+    protocols: &[&'static str],
+    what: &'static str,
+    serve: impl FnOnce(TokioIo<hyper::upgrade::Upgraded>) -> Fut + Send + 'static,
+) -> Response
+where
+    Fut: Future<Output = ()> + Send,
+{
+    let (on_upgrade, protocol) = match upgrade(req, protocols) {
+        Ok(u) => u,
+        Err(resp) => return *resp,
+    };
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => serve(TokioIo::new(upgraded)).await,
+            Err(e) => tracing::debug!(error = %e, "{what}: upgrade failed"),
+        }
+    });
+    switching_protocols(protocol)
+}
+
 fn switching_protocols(protocol: &'static str) -> Response {
     Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)

@@ -366,19 +366,20 @@ impl Encoder {
                 stream_id,
                 flags,
                 headers,
-            } => {
-                p.extend_from_slice(&(stream_id & 0x7fff_ffff).to_be_bytes());
-                p.extend(self.compress(headers));
-                control(TYPE_SYN_REPLY, *flags, &p)
             }
-            Frame::Headers {
+            | Frame::Headers {
                 stream_id,
                 flags,
                 headers,
             } => {
+                let ty = if matches!(frame, Frame::SynReply { .. }) {
+                    TYPE_SYN_REPLY
+                } else {
+                    TYPE_HEADERS
+                };
                 p.extend_from_slice(&(stream_id & 0x7fff_ffff).to_be_bytes());
                 p.extend(self.compress(headers));
-                control(TYPE_HEADERS, *flags, &p)
+                control(ty, *flags, &p)
             }
             Frame::RstStream { stream_id, status } => {
                 p.extend_from_slice(&(stream_id & 0x7fff_ffff).to_be_bytes());

@@ -16,9 +16,9 @@
 //!   updated, conditions and resize status cleared.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
     HostPathVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeClaim,
     PersistentVolumeSpec, Pod,
@@ -28,13 +28,13 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use super::objects::spawn_reflector;
 use super::quantity::parse_units_ceil;
 
 /// The provisioner name of localkube's StorageClass.
@@ -72,13 +72,13 @@ pub async fn start(
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => return Err(e.into()),
     }
-    let wake = std::sync::Arc::new(Notify::new());
-    let (pvcs, t1) = reflect(
+    let wake = Arc::new(Notify::new());
+    let (pvcs, t1) = spawn_reflector(
         Api::<PersistentVolumeClaim>::all(client.clone()),
-        wake.clone(),
+        wake_on(&wake),
     );
-    let (pvs, t2) = reflect(Api::<PersistentVolume>::all(client.clone()), wake.clone());
-    let (scs, t3) = reflect(Api::<StorageClass>::all(client.clone()), wake.clone());
+    let (pvs, t2) = spawn_reflector(Api::<PersistentVolume>::all(client.clone()), wake_on(&wake));
+    let (scs, t3) = spawn_reflector(Api::<StorageClass>::all(client.clone()), wake_on(&wake));
     let ctl = Controller {
         client,
         volumes_dir,
@@ -98,28 +98,25 @@ pub async fn start(
     Ok(vec![t1, t2, t3, t4])
 }
 
-fn reflect<K>(api: Api<K>, wake: std::sync::Arc<Notify>) -> (Store<K>, JoinHandle<()>)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()));
-    let task = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(ev) = stream.next().await {
-            if ev.is_err() {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            wake.notify_one();
-        }
-    });
-    (reader, task)
+/// A reflector event handler waking the controller.
+fn wake_on<E>(wake: &Arc<Notify>) -> impl FnMut(&E) + Send + 'static {
+    let wake = wake.clone();
+    move |_| wake.notify_one()
+}
+
+/// Merge-patches the status of `pvc`.
+async fn patch_claim_status(
+    pvcs: &Api<PersistentVolumeClaim>,
+    pvc: &PersistentVolumeClaim,
+    patch: &serde_json::Value,
+) -> kube::Result<()> {
+    pvcs.patch_status(
+        &pvc.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await?;
+    Ok(())
 }
 
 struct Controller {
@@ -312,12 +309,7 @@ impl Controller {
                 "allocatedResources": {"storage": requested},
                 "allocatedResourceStatuses": {"storage": "ControllerResizeInProgress"},
             }});
-            pvcs.patch_status(
-                &pvc.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
+            patch_claim_status(&pvcs, pvc, &patch).await?;
             let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
             let patch = json!({"spec": {"capacity": {"storage": requested}}});
             pvs.patch(&pv_name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -329,12 +321,7 @@ impl Controller {
                 }))),
                 "allocatedResourceStatuses": {"storage": "NodeResizePending"},
             }});
-            pvcs.patch_status(
-                &pvc.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
+            patch_claim_status(&pvcs, pvc, &patch).await?;
             tracing::info!(
                 pvc = pvc.name_any(),
                 size = requested.0,
@@ -374,12 +361,7 @@ impl Controller {
             "allocatedResourceStatuses": null,
             "allocatedResources": {"storage": requested},
         }});
-        pvcs.patch_status(
-            &pvc.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
+        patch_claim_status(&pvcs, pvc, &patch).await?;
         tracing::info!(
             pvc = pvc.name_any(),
             size = requested.0,

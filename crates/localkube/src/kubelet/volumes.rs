@@ -115,6 +115,62 @@ fn mode_of(item: Option<i32>, default: Option<i32>) -> u32 {
     (item.or(default).unwrap_or(DEFAULT_MODE) & 0o7777) as u32
 }
 
+/// A ConfigMap or Secret whose keys a volume (or a projected source) projects.
+struct KeySource<'a> {
+    /// A Secret (else a ConfigMap).
+    secret: bool,
+    name: &'a str,
+    items: Option<&'a Vec<KeyToPath>>,
+    optional: Option<bool>,
+}
+
+impl<'a> KeySource<'a> {
+    fn config_map(
+        name: &'a str,
+        items: Option<&'a Vec<KeyToPath>>,
+        optional: Option<bool>,
+    ) -> Self {
+        Self {
+            secret: false,
+            name,
+            items,
+            optional,
+        }
+    }
+
+    fn secret(name: &'a str, items: Option<&'a Vec<KeyToPath>>, optional: Option<bool>) -> Self {
+        Self {
+            secret: true,
+            ..Self::config_map(name, items, optional)
+        }
+    }
+
+    /// Projects the keys of the object (of namespace `ns`, from the caches) into `out`.
+    fn project(
+        self,
+        ctx: &VolumeContext<'_>,
+        ns: &str,
+        default_mode: Option<i32>,
+        out: &mut BTreeMap<String, FileProjection>,
+    ) -> Result<(), VolumeError> {
+        let (kind, data) = if self.secret {
+            ("secret", ctx.objects.secret_bytes(ns, self.name))
+        } else {
+            ("configmap", ctx.objects.config_map_bytes(ns, self.name))
+        };
+        let optional = self.optional == Some(true);
+        project_keys(
+            kind,
+            self.name,
+            data,
+            self.items,
+            optional,
+            default_mode,
+            out,
+        )
+    }
+}
+
 fn project_keys(
     kind: &'static str,
     name: &str,
@@ -175,11 +231,11 @@ fn project_keys(
 fn project_downward(
     pod: &Pod,
     ctx: &VolumeContext<'_>,
-    items: &[DownwardAPIVolumeFile],
+    items: Option<&[DownwardAPIVolumeFile]>,
     default_mode: Option<i32>,
     out: &mut BTreeMap<String, FileProjection>,
 ) -> Result<(), VolumeError> {
-    for item in items {
+    for item in items.unwrap_or_default() {
         let value = if let Some(f) = &item.field_ref {
             field_value(pod, ctx.info, &f.field_path, true)?
         } else if let Some(r) = &item.resource_field_ref {
@@ -271,66 +327,26 @@ async fn payload(
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let mut out = BTreeMap::new();
     if let Some(cm) = &volume.config_map {
-        project_keys(
-            "configmap",
-            &cm.name,
-            ctx.objects.config_map_bytes(&ns, &cm.name),
-            cm.items.as_ref(),
-            cm.optional == Some(true),
-            cm.default_mode,
-            &mut out,
-        )?;
+        let source = KeySource::config_map(&cm.name, cm.items.as_ref(), cm.optional);
+        source.project(ctx, &ns, cm.default_mode, &mut out)?;
     } else if let Some(s) = &volume.secret {
-        let name = s.secret_name.clone().unwrap_or_default();
-        project_keys(
-            "secret",
-            &name,
-            ctx.objects.secret_bytes(&ns, &name),
-            s.items.as_ref(),
-            s.optional == Some(true),
-            s.default_mode,
-            &mut out,
-        )?;
+        let name = s.secret_name.as_deref().unwrap_or_default();
+        let source = KeySource::secret(name, s.items.as_ref(), s.optional);
+        source.project(ctx, &ns, s.default_mode, &mut out)?;
     } else if let Some(d) = &volume.downward_api {
-        project_downward(
-            pod,
-            ctx,
-            d.items.as_deref().unwrap_or_default(),
-            d.default_mode,
-            &mut out,
-        )?;
+        project_downward(pod, ctx, d.items.as_deref(), d.default_mode, &mut out)?;
     } else if let Some(p) = &volume.projected {
         for source in p.sources.iter().flatten() {
             if let Some(cm) = &source.config_map {
-                project_keys(
-                    "configmap",
-                    &cm.name,
-                    ctx.objects.config_map_bytes(&ns, &cm.name),
-                    cm.items.as_ref(),
-                    cm.optional == Some(true),
-                    p.default_mode,
-                    &mut out,
-                )?;
+                let source = KeySource::config_map(&cm.name, cm.items.as_ref(), cm.optional);
+                source.project(ctx, &ns, p.default_mode, &mut out)?;
             }
             if let Some(s) = &source.secret {
-                project_keys(
-                    "secret",
-                    &s.name,
-                    ctx.objects.secret_bytes(&ns, &s.name),
-                    s.items.as_ref(),
-                    s.optional == Some(true),
-                    p.default_mode,
-                    &mut out,
-                )?;
+                let source = KeySource::secret(&s.name, s.items.as_ref(), s.optional);
+                source.project(ctx, &ns, p.default_mode, &mut out)?;
             }
             if let Some(d) = &source.downward_api {
-                project_downward(
-                    pod,
-                    ctx,
-                    d.items.as_deref().unwrap_or_default(),
-                    p.default_mode,
-                    &mut out,
-                )?;
+                project_downward(pod, ctx, d.items.as_deref(), p.default_mode, &mut out)?;
             }
             if let Some(t) = &source.service_account_token {
                 let token = service_account_token(

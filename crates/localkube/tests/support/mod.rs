@@ -42,6 +42,15 @@ pub async fn start_env() -> Option<localkube::Env> {
     )
 }
 
+/// [`start_env`] with namespace `ns` created: the env, its client and the pods of `ns`.
+pub async fn start_env_in(ns: &str) -> Option<(localkube::Env, Client, Api<Pod>)> {
+    let env = start_env().await?;
+    let client = env.client();
+    create_ns(&client, ns).await;
+    let pods = Api::namespaced(client.clone(), ns);
+    Some((env, client, pods))
+}
+
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
 where
     F: FnMut() -> Fut,
@@ -128,4 +137,15 @@ pub fn log_of(dir: &Path, pod: &Pod, container: &str, instance: u32) -> String {
         .join(container)
         .join(format!("{instance}.log"));
     std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Waits up to `timeout` for `marker` in the log of the first instance of `pod`'s container
+/// `main`.
+pub async fn wait_for_main_log(dir: &Path, pod: &Pod, marker: &str, timeout: Duration) {
+    let what = format!("{marker:?} in the log of pod {}", pod.name_any());
+    wait_for(&what, timeout, || {
+        let log = log_of(dir, pod, "main", 0);
+        async move { log.contains(marker).then_some(()) }
+    })
+    .await;
 }
