@@ -221,9 +221,7 @@ async fn operator_root_primary_kill_fails_over_and_keeps_data() -> anyhow::Resul
     let client = fx.client.clone();
     let name = "fo";
     let pw = "app-password-1";
-    create_user_secret(&client, &format!("{name}-app"), pw).await?;
-    create_cluster(&client, name, 3, 1).await?;
-    let vc = wait_ready(&client, name, 3, Duration::from_secs(300)).await?;
+    let vc = create_ready_cluster(&client, name, pw, 3, 1).await?;
     let status = vc.status.clone().context("status")?;
     // Acknowledged writes: each batch confirmed by one replica (WAIT 1).
     acked_writes(&mut cluster_client(&client, name, pw).await?, 2_000, "k").await?;

@@ -24,6 +24,9 @@ use kube::api::Api;
 use support::*;
 use valkey_api::{ValkeyCluster, ValkeyNode};
 
+/// Two shards of 8192 slots each, no replicas (a [`wait_layout`] target).
+const TWO_EMPTY_SHARDS: [(usize, usize); 2] = [(8192, 0), (8192, 0)];
+
 /// Waits until every pod's view shows exactly `want` (slot count, replica count) per primary
 /// (highest first), with `pods` pods and `pods` ValkeyNodes.
 async fn wait_layout(
@@ -82,9 +85,7 @@ async fn scale_through(
 ) -> anyhow::Result<()> {
     let client = &fx.client;
     let pw = format!("{name}-app-pw");
-    create_user_secret(client, &format!("{name}-app"), &pw).await?;
-    create_cluster(client, name, steps[0], replicas).await?;
-    wait_ready(client, name, steps[0], Duration::from_secs(300)).await?;
+    create_ready_cluster(client, name, &pw, steps[0], replicas).await?;
     let mut conn = cluster_client(client, name, &pw).await?;
     if replicas > 0 {
         acked_writes(&mut conn, 2_000, "pre").await?;
@@ -122,16 +123,8 @@ async fn scale_through(
 async fn drain_needs_room(fx: &Fixture) -> anyhow::Result<()> {
     let client = &fx.client;
     let (name, pw) = ("roomy", "roomy-app-pw");
-    create_user_secret(client, &format!("{name}-app"), pw).await?;
-    create_cluster_with(
-        client,
-        name,
-        2,
-        0,
-        serde_json::json!({"config": {"maxmemory": "12mb"}}),
-    )
-    .await?;
-    wait_ready(client, name, 2, Duration::from_secs(300)).await?;
+    let extra = serde_json::json!({"config": {"maxmemory": "12mb"}});
+    create_ready_cluster_with(client, name, pw, 2, 0, extra).await?;
     let mut conn = cluster_client(client, name, pw).await?;
     let value = "x".repeat(1000);
     for i in 0..12_000 {
@@ -166,18 +159,8 @@ async fn drain_needs_room(fx: &Fixture) -> anyhow::Result<()> {
         "{degraded:?}"
     );
     // Nothing moved, and it still serves.
-    wait_layout(
-        client,
-        name,
-        &[(8192, 0), (8192, 0)],
-        Duration::from_secs(10),
-    )
-    .await?;
-    let _: () = redis::cmd("SET")
-        .arg("still")
-        .arg("serving")
-        .query_async(&mut conn)
-        .await?;
+    wait_layout(client, name, &TWO_EMPTY_SHARDS, Duration::from_secs(10)).await?;
+    let _: () = query_cmd(&mut conn, &["SET", "still", "serving"]).await?;
     let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), NS)
         .list(
             &kube::api::ListParams::default()
@@ -190,14 +173,13 @@ async fn drain_needs_room(fx: &Fixture) -> anyhow::Result<()> {
         events.items.len()
     );
 
-    patch_spec(
+    patch_one_shard(
         client,
         name,
         serde_json::json!({"config": {"maxmemory": "64mb"}}),
+        0,
     )
     .await?;
-    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
-    wait_layout(client, name, &[(16384, 0)], Duration::from_secs(60)).await?;
     let mut conn = cluster_client(client, name, pw).await?;
     for i in (0..12_000).step_by(7) {
         let v: Option<String> = redis::cmd("GET")
@@ -230,10 +212,7 @@ async fn fail_over_to_highest(client: &Client, name: &str) -> anyhow::Result<()>
         return Ok(());
     }
     let mut c = node_conn(&ip, "_operator", &pw).await?;
-    let _: () = redis::cmd("CLUSTER")
-        .arg("FAILOVER")
-        .query_async(&mut c)
-        .await?;
+    let _: () = query_cmd(&mut c, &["CLUSTER", "FAILOVER"]).await?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while live_role(&ip, "_operator", &pw).await? != "master" {
         ensure!(Instant::now() < deadline, "{ip} did not become primary");
@@ -248,9 +227,7 @@ async fn shards_3_4_3(
 ) -> anyhow::Result<()> {
     let client = &fx.client;
     let (name, pw) = ("elastic", "elastic-app-pw");
-    create_user_secret(client, &format!("{name}-app"), pw).await?;
-    create_cluster(client, name, 3, 1).await?;
-    wait_ready(client, name, 3, Duration::from_secs(300)).await?;
+    create_ready_cluster(client, name, pw, 3, 1).await?;
     let mut conn = cluster_client(client, name, pw).await?;
     acked_writes(&mut conn, 3_000, "pre").await?;
     let writer = Writer::start(client, name, pw, 1);
@@ -324,23 +301,30 @@ async fn shards_3_4_3(
     Ok(())
 }
 
+/// Patches the `spec` of the one-shard cluster `name`, then waits until it is Ready again
+/// (up to 5 min) with every slot on its shard of `replicas` replicas (up to 1 min).
+async fn patch_one_shard(
+    client: &Client,
+    name: &str,
+    spec: serde_json::Value,
+    replicas: usize,
+) -> anyhow::Result<()> {
+    patch_spec(client, name, spec).await?;
+    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
+    wait_layout(client, name, &[(16384, replicas)], Duration::from_secs(60)).await
+}
+
 async fn replicas_1_2_1_0(fx: &Fixture) -> anyhow::Result<()> {
     let client = &fx.client;
     let (name, pw) = ("replicas", "replicas-app-pw");
-    create_user_secret(client, &format!("{name}-app"), pw).await?;
-    create_cluster(client, name, 1, 1).await?;
-    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
+    create_ready_cluster(client, name, pw, 1, 1).await?;
     let writer = Writer::start(client, name, pw, 1);
 
     fail_over_to_highest(client, name).await?;
-    patch_spec(client, name, serde_json::json!({"replicas": 2})).await?;
-    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
-    wait_layout(client, name, &[(16384, 2)], Duration::from_secs(60)).await?;
+    patch_one_shard(client, name, serde_json::json!({"replicas": 2}), 2).await?;
 
     fail_over_to_highest(client, name).await?;
-    patch_spec(client, name, serde_json::json!({"replicas": 1})).await?;
-    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
-    wait_layout(client, name, &[(16384, 1)], Duration::from_secs(60)).await?;
+    patch_one_shard(client, name, serde_json::json!({"replicas": 1}), 1).await?;
     let (n, gap) = writer
         .stop_and_check(client, name, pw, "replicas 1→2→1")
         .await?;
@@ -352,9 +336,7 @@ async fn replicas_1_2_1_0(fx: &Fixture) -> anyhow::Result<()> {
     fail_over_to_highest(client, name).await?;
     let mut conn = cluster_client(client, name, pw).await?;
     acked_writes(&mut conn, 1_000, "r").await?;
-    patch_spec(client, name, serde_json::json!({"replicas": 0})).await?;
-    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
-    wait_layout(client, name, &[(16384, 0)], Duration::from_secs(60)).await?;
+    patch_one_shard(client, name, serde_json::json!({"replicas": 0}), 0).await?;
     let mut conn = cluster_client(client, name, pw).await?;
     check_acked(&mut conn, 1_000, "r", "replicas 1→0 after a failover").await?;
     Ok(())
@@ -363,36 +345,20 @@ async fn replicas_1_2_1_0(fx: &Fixture) -> anyhow::Result<()> {
 async fn valkey8_shards_1_2_1(fx: &Fixture) -> anyhow::Result<()> {
     let client = &fx.client;
     let (name, pw) = ("v8", "v8-app-pw");
-    create_user_secret(client, &format!("{name}-app"), pw).await?;
-    create_cluster_with(
-        client,
-        name,
-        1,
-        0,
-        serde_json::json!({"image": "valkey/valkey:8.0.1"}),
-    )
-    .await?;
-    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
+    let extra = serde_json::json!({"image": "valkey/valkey:8.0.1"});
+    create_ready_cluster_with(client, name, pw, 1, 0, extra).await?;
     let mut conn = cluster_client(client, name, pw).await?;
     write_read(&mut conn, 5_000, "k8").await?;
     let writer = Writer::start(client, name, pw, 0);
     let t0 = Instant::now();
     patch_spec(client, name, serde_json::json!({"shards": 2})).await?;
     wait_ready(client, name, 2, Duration::from_secs(300)).await?;
-    wait_layout(
-        client,
-        name,
-        &[(8192, 0), (8192, 0)],
-        Duration::from_secs(60),
-    )
-    .await?;
+    wait_layout(client, name, &TWO_EMPTY_SHARDS, Duration::from_secs(60)).await?;
     eprintln!(
         "MEASURE Valkey 8 scale-out 1→2 (5000 keys): {:.1}s",
         t0.elapsed().as_secs_f64()
     );
-    patch_spec(client, name, serde_json::json!({"shards": 1})).await?;
-    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
-    wait_layout(client, name, &[(16384, 0)], Duration::from_secs(60)).await?;
+    patch_one_shard(client, name, serde_json::json!({"shards": 1}), 0).await?;
     writer
         .stop_and_check(client, name, pw, "Valkey 8 1→2→1")
         .await?;

@@ -119,9 +119,7 @@ async fn operator_root_partitioned_primary_is_left_to_valkeys_election() -> anyh
     };
     let name = "part";
     let pw = "app-password-1";
-    create_user_secret(&fx.client, &format!("{name}-app"), pw).await?;
-    create_cluster(&fx.client, name, 3, 1).await?;
-    wait_ready(&fx.client, name, 3, Duration::from_secs(300)).await?;
+    create_ready_cluster(&fx.client, name, pw, 3, 1).await?;
 
     let first = partition_shard0_primary(&fx, name, pw, 1).await?;
     let second = partition_shard0_primary(&fx, name, pw, 2).await?;
@@ -130,11 +128,7 @@ async fn operator_root_partitioned_primary_is_left_to_valkeys_election() -> anyh
         "round 2 cut the same pod ({first}): shard 0's primary did not move in round 1"
     );
     eprintln!("rounds: cut {first}, then {second}");
-    let metrics = fx.metrics();
-    ensure!(
-        !metrics.contains("kind=\"Failover\""),
-        "the operator forced a failover of a primary that was only partitioned:\n{metrics}"
-    );
+    ensure_no_forced_failover(&fx, "of a primary that was only partitioned")?;
     fx.stop().await;
     Ok(())
 }
@@ -159,16 +153,8 @@ async fn stale_replica_is_not_promoted(fx: &Fixture) -> anyhow::Result<()> {
     let client = &fx.client;
     let name = "stale";
     let pw = "app-password-2";
-    create_user_secret(client, &format!("{name}-app"), pw).await?;
-    create_cluster_with(
-        client,
-        name,
-        3,
-        1,
-        serde_json::json!({"config": {"cluster-replica-validity-factor": "1"}}),
-    )
-    .await?;
-    wait_ready(client, name, 3, Duration::from_secs(300)).await?;
+    let extra = serde_json::json!({"config": {"cluster-replica-validity-factor": "1"}});
+    create_ready_cluster_with(client, name, pw, 3, 1, extra).await?;
     let roles = shard_roles(client, name, 0, pw).await?;
     let primary = live_primary_of_shard0(client, name, pw).await?;
     let (replica, replica_ip) = roles
@@ -179,18 +165,12 @@ async fn stale_replica_is_not_promoted(fx: &Fixture) -> anyhow::Result<()> {
 
     // Break the replica's link: it cannot authenticate to its primary any more.
     let mut r = node_conn(&replica_ip, "app", pw).await?;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("primaryauth")
-        .arg("not-the-password")
-        .query_async(&mut r)
-        .await?;
-    let _: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("master")
-        .query_async(&mut r)
-        .await?;
+    let _: () = query_cmd(
+        &mut r,
+        &["CONFIG", "SET", "primaryauth", "not-the-password"],
+    )
+    .await?;
+    let _: i64 = query_cmd(&mut r, &["CLIENT", "KILL", "TYPE", "master"]).await?;
     write_read(&mut cluster_client(client, name, pw).await?, 500, "missed").await?;
     let broken = Instant::now();
     loop {
@@ -258,9 +238,7 @@ async fn unready_primary_is_not_rolled_during_a_full_sync(fx: &Fixture) -> anyho
     let client = &fx.client;
     let name = "unready";
     let pw = "app-password-3";
-    create_user_secret(client, &format!("{name}-app"), pw).await?;
-    create_cluster(client, name, 1, 0).await?;
-    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
+    create_ready_cluster(client, name, pw, 1, 0).await?;
     let mut conn = cluster_client(client, name, pw).await?;
     write_read(&mut conn, 2_000, "u").await?;
     let pod = pods_of(client, name).await?.pop().context("no pod")?;
@@ -270,18 +248,12 @@ async fn unready_primary_is_not_rolled_during_a_full_sync(fx: &Fixture) -> anyho
     );
     let uid = pod.metadata.uid.clone();
     let mut p = node_conn(&ip, "app", pw).await?;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("repl-diskless-sync-delay")
-        .arg("600")
-        .query_async(&mut p)
-        .await?;
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("_exporter")
-        .arg("off")
-        .query_async(&mut p)
-        .await?;
+    let _: () = query_cmd(
+        &mut p,
+        &["CONFIG", "SET", "repl-diskless-sync-delay", "600"],
+    )
+    .await?;
+    let _: () = query_cmd(&mut p, &["ACL", "SETUSER", "_exporter", "off"]).await?;
     let nodes: kube::Api<valkey_api::ValkeyNode> = kube::Api::namespaced(client.clone(), NS);
     let node = format!("{name}-0-0");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -315,10 +287,7 @@ async fn unready_primary_is_not_rolled_during_a_full_sync(fx: &Fixture) -> anyho
             nodes.get(&node).await?.spec.workload_revision == revision,
             "the roll of the not-ready primary was authorized during the full sync"
         );
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(&mut p)
-            .await?;
+        let info: String = query_cmd(&mut p, &["INFO", "replication"]).await?;
         syncing_seen |= info.contains("state=wait_bgsave");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -330,18 +299,8 @@ async fn unready_primary_is_not_rolled_during_a_full_sync(fx: &Fixture) -> anyho
         "the not-ready primary {primary} stayed for 30 s while its replica waited for a full sync"
     );
 
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("_exporter")
-        .arg("on")
-        .query_async(&mut p)
-        .await?;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("repl-diskless-sync-delay")
-        .arg("0")
-        .query_async(&mut p)
-        .await?;
+    let _: () = query_cmd(&mut p, &["ACL", "SETUSER", "_exporter", "on"]).await?;
+    let _: () = query_cmd(&mut p, &["CONFIG", "SET", "repl-diskless-sync-delay", "0"]).await?;
     let released = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(240);
     loop {
@@ -386,11 +345,18 @@ async fn operator_root_stale_replica_and_unready_primary() -> anyhow::Result<()>
     );
     stale.context("stale replica")?;
     unready.context("not-ready primary during a full sync")?;
+    ensure_no_forced_failover(&fx, "(to a stale replica)")?;
+    fx.stop().await;
+    Ok(())
+}
+
+/// Fails when the operator's metrics count a failover it drove; `what` completes the message
+/// ("the operator forced a failover <what>").
+fn ensure_no_forced_failover(fx: &Fixture, what: &str) -> anyhow::Result<()> {
     let metrics = fx.metrics();
     ensure!(
         !metrics.contains("kind=\"Failover\""),
-        "the operator forced a failover (to a stale replica):\n{metrics}"
+        "the operator forced a failover {what}:\n{metrics}"
     );
-    fx.stop().await;
     Ok(())
 }

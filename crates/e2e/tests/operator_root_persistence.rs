@@ -273,10 +273,7 @@ async fn all_pods_deleted(client: &Client, name: &str, claims: &[String]) -> any
     let mut loaded_by_primaries = 0;
     for ip in &new_ips {
         let mut c = node_conn(ip, "app", PW).await?;
-        let info: String = redis::cmd("INFO")
-            .arg("persistence")
-            .query_async(&mut c)
-            .await?;
+        let info: String = query_cmd(&mut c, &["INFO", "persistence"]).await?;
         let loaded: usize = info
             .lines()
             .find_map(|l| l.strip_prefix("rdb_last_load_keys_loaded:"))

@@ -177,11 +177,7 @@ async fn wait_unschedulable(
 /// Scenario 1 (and the exporter half of 4): node shard spread Required on a 3 × 1 cluster.
 async fn node_spread_and_exporter(client: &Client, t0: Instant) -> anyhow::Result<()> {
     let name = NODE_SPREAD;
-    wait_ready(client, name, 3, Duration::from_secs(300)).await?;
-    eprintln!(
-        "MEASURE {name} (3x1, node.spread.shard Required) apply→Ready: {:.1}s",
-        t0.elapsed().as_secs_f64()
-    );
+    measure_ready(client, name, 3, 1, "node.spread.shard Required", t0).await?;
     check_topology(client, name, 3, 1, PW).await?;
     let pods = pods_of(client, name).await?;
     ensure!(pods.len() == 6, "{name}: {} pods", pods.len());
@@ -406,11 +402,7 @@ async fn unsatisfiable_spread(client: &Client, t0: Instant) -> anyhow::Result<()
 /// Scenario 3: zone shard spread Required on a shard of three pods.
 async fn zone_spread(client: &Client, t0: Instant) -> anyhow::Result<()> {
     let name = ZONE_SPREAD;
-    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
-    eprintln!(
-        "MEASURE {name} (1x2, zone.spread.shard Required) apply→Ready: {:.1}s",
-        t0.elapsed().as_secs_f64()
-    );
+    measure_ready(client, name, 1, 2, "zone.spread.shard Required", t0).await?;
     check_zones(client, name).await
 }
 
@@ -493,11 +485,7 @@ async fn sidecar_without_exporter(
     t0: Instant,
 ) -> anyhow::Result<()> {
     let name = SIDECAR;
-    wait_ready(client, name, 1, Duration::from_secs(300)).await?;
-    eprintln!(
-        "MEASURE {name} (1x0, exporter disabled, busybox sidecar) apply→Ready: {:.1}s",
-        t0.elapsed().as_secs_f64()
-    );
+    measure_ready(client, name, 1, 0, "exporter disabled, busybox sidecar", t0).await?;
     check_topology(client, name, 1, 0, PW).await?;
     let pods = pods_of(client, name).await?;
     ensure!(pods.len() == 1, "{name}: {} pods", pods.len());
@@ -888,6 +876,24 @@ async fn operator_root_spread_exporter_sidecar_and_idle() -> anyhow::Result<()> 
     eprintln!(
         "MEASURE test wall time: {:.1}s",
         test_start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Waits (up to 5 min) until cluster `name` (`shards` × `replicas`) is Ready and prints the
+/// time since `t0` as `MEASURE <name> (<shards>x<replicas>, <what>) apply→Ready`.
+async fn measure_ready(
+    client: &Client,
+    name: &str,
+    shards: i32,
+    replicas: i32,
+    what: &str,
+    t0: Instant,
+) -> anyhow::Result<()> {
+    wait_ready(client, name, shards, Duration::from_secs(300)).await?;
+    eprintln!(
+        "MEASURE {name} ({shards}x{replicas}, {what}) apply→Ready: {:.1}s",
+        t0.elapsed().as_secs_f64()
     );
     Ok(())
 }

@@ -236,11 +236,7 @@ async fn config_poison(client: &Client, name: &str) -> anyhow::Result<()> {
     for p in pods_of(client, name).await? {
         let ip = pod_ip(&p).context("pod IP")?;
         let mut c = node_conn(&ip, "app", PW).await?;
-        let hz: Vec<String> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("hz")
-            .query_async(&mut c)
-            .await?;
+        let hz: Vec<String> = query_cmd(&mut c, &["CONFIG", "GET", "hz"]).await?;
         ensure!(
             hz.get(1).map(String::as_str) == Some("20"),
             "{}: hz {hz:?}",

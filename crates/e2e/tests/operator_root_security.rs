@@ -246,12 +246,7 @@ async fn operator_root_security_restricted_by_default_and_upgrade_from_root() ->
     };
     let mut app = node_conn(&ip, "app", PW).await?;
     ensure!(dryrun(&mut app).await? != "OK", "_exporter may CONFIG GET");
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("_exporter")
-        .arg("+config|get")
-        .query_async(&mut app)
-        .await?;
+    let _: () = query_cmd(&mut app, &["ACL", "SETUSER", "_exporter", "+config|get"]).await?;
     ensure!(
         dryrun(&mut app).await? == "OK",
         "the escalation did not take"
@@ -291,11 +286,7 @@ async fn operator_root_security_restricted_by_default_and_upgrade_from_root() ->
         let mut c = node_conn(&ip, "app", PW).await?;
         // Deleting the user also closes the operator's open connections (a password change
         // would only show at its next connection).
-        let _: i64 = redis::cmd("ACL")
-            .arg("DELUSER")
-            .arg("_operator")
-            .query_async(&mut c)
-            .await?;
+        let _: i64 = query_cmd(&mut c, &["ACL", "DELUSER", "_operator"]).await?;
     }
     let t = Instant::now();
     loop {

@@ -12,6 +12,8 @@
 //!   the operator binary, run with the installed Deployment's arguments as its ServiceAccount,
 //!   takes the Lease and writes a ValkeyCluster's children with the chart's RBAC alone.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -989,15 +991,7 @@ async fn helm_install_on_a_real_apiserver_runs_the_operator_with_the_charts_rbac
             .arg("--create-namespace"),
     );
     eprintln!("MEASURE helm install: {:.1}s", t.elapsed().as_secs_f64());
-    run(kubectl(&admin).args([
-        "wait",
-        "--for",
-        "condition=Established",
-        "--timeout",
-        "60s",
-        "crd/valkeyclusters.valkey.io",
-        "crd/valkeynodes.valkey.io",
-    ]));
+    run(kubectl(&admin).args(common::WAIT_CRDS_ESTABLISHED));
     let releases: Value =
         serde_json::from_str(&helm_in(helm().args(["list", "--output", "json"]))).expect("JSON");
     assert_eq!(releases[0]["status"], "deployed", "{releases}");

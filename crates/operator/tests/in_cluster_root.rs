@@ -21,6 +21,8 @@
 //! Every namespace here enforces the restricted Pod Security Standard: the operator's pods
 //! (manifest and chart) and the Valkey and config-check pods it renders all meet it.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -272,19 +274,7 @@ async fn in_cluster_root_operator_pod_from_deploy_manifests() {
         &["apply", "--server-side", "-f", crds.to_str().expect("path")],
         None,
     );
-    kubectl(
-        &kubeconfig,
-        &[
-            "wait",
-            "--for",
-            "condition=Established",
-            "--timeout",
-            "60s",
-            "crd/valkeyclusters.valkey.io",
-            "crd/valkeynodes.valkey.io",
-        ],
-        None,
-    );
+    kubectl(&kubeconfig, &common::WAIT_CRDS_ESTABLISHED, None);
     let manifest = repo().join("deploy/operator.yaml");
     kubectl(
         &kubeconfig,

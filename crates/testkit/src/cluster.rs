@@ -1,12 +1,16 @@
 //! Cluster helpers built on `valkey-ops`' idempotent commands: pools for the harness users,
 //! forming a cluster, waiting for it to be healthy.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use valkey_ops::client::{ClientConfig, NodePool};
-use valkey_ops::commands::{self, acl};
-use valkey_ops::slots::SlotRange;
+use valkey_ops::commands::{self, AtomicMove, acl, migrate};
+use valkey_ops::slots::{Slot, SlotRange};
 
+use crate::bins::Flavor;
+use crate::keys::{Move, owned_slots, plan_moves, write_keys};
+use crate::server::{Server, start_servers};
 use crate::tls::{TLS_SERVER_NAME, TlsFiles};
 use crate::{APP_PASSWORD, APP_USER, OPERATOR_PASSWORD};
 
@@ -153,4 +157,107 @@ pub async fn attach_replica(pool: &NodePool, replica: &str, primary_id: &str) {
         }
     })
     .await
+}
+
+/// Waits (up to 20 s, panicking with `what`) until `replica` reports its link to its primary
+/// up and synced.
+pub async fn wait_replica_synced(pool: &NodePool, replica: &str, what: &str) {
+    eventually(what, Duration::from_secs(20), || async {
+        commands::observe_node(pool, replica)
+            .await
+            .ok()?
+            .replication?
+            .is_synced_replica()
+            .then_some(())
+    })
+    .await
+}
+
+/// Node id → address of every node in `addrs`.
+pub async fn addrs_by_id(pool: &NodePool, addrs: &[String]) -> HashMap<String, String> {
+    let mut m = HashMap::new();
+    for a in addrs {
+        m.insert(commands::node_id(pool, a).await.unwrap(), a.clone());
+    }
+    m
+}
+
+/// A 3-shard cluster with one empty primary joined, from [`rig_with_new_primary`]: the four
+/// servers (the new primary last), the operator and application pools, the servers'
+/// addresses, the moves that rebalance the slots onto four shards, node id → address.
+pub type NewPrimaryRig = (
+    Vec<Server>,
+    NodePool,
+    NodePool,
+    Vec<String>,
+    Vec<Move>,
+    HashMap<String, String>,
+);
+
+/// Starts three `flavor` primaries (no replicas) holding keys `0..keys` and joins a fourth,
+/// empty one (see [`NewPrimaryRig`]).
+pub async fn rig_with_new_primary(flavor: Flavor, keys: u64) -> NewPrimaryRig {
+    let servers = start_servers(flavor, 4, None);
+    let pool = operator_pool(None);
+    let app = app_pool(None);
+    let addrs: Vec<String> = servers.iter().map(Server::addr).collect();
+    let ids = form_cluster(&pool, &addrs[..3], &[]).await;
+    write_keys(&app, &addrs[0], keys).await;
+    join_nodes(&pool, &addrs[0], &addrs[3..4]).await;
+    wait_cluster_ok(&pool, &addrs, Duration::from_secs(30)).await;
+    let new_id = commands::node_id(&pool, &addrs[3]).await.unwrap();
+    let mut targets = ids.clone();
+    targets.push(new_id);
+    let moves = plan_moves(&owned_slots(&pool, &addrs[0]).await, &targets);
+    let addr_of = addrs_by_id(&pool, &addrs).await;
+    (servers, pool, app, addrs, moves, addr_of)
+}
+
+/// Runs slot `moves`, sources in parallel: on Valkey 9.1 one atomic slot migration per source
+/// (each waited for up to `atomic_timeout`), on 8.0 key by key with the default options,
+/// the moved slots assigned on `primaries` too.
+pub async fn execute_moves(
+    flavor: Flavor,
+    pool: &NodePool,
+    moves: &[Move],
+    addr_of: &HashMap<String, String>,
+    primaries: &[String],
+    atomic_timeout: Duration,
+) {
+    match flavor {
+        Flavor::V9 => {
+            let mut by_src: HashMap<&str, Vec<AtomicMove>> = HashMap::new();
+            for (s, d, set) in moves {
+                by_src.entry(s).or_default().push(AtomicMove {
+                    ranges: set.ranges().collect(),
+                    target_id: d.clone(),
+                });
+            }
+            futures::future::try_join_all(by_src.iter().map(|(s, m)| {
+                commands::migrate_slots_atomic(pool, &addr_of[*s], m, atomic_timeout)
+            }))
+            .await
+            .unwrap();
+        }
+        Flavor::V8 => {
+            let opts = migrate::KeyMigrationOptions::default();
+            futures::future::try_join_all(moves.iter().map(|(s, d, set)| {
+                let slots: Vec<Slot> = set.iter().collect();
+                let opts = &opts;
+                async move {
+                    commands::migrate_slot_keys(
+                        pool,
+                        &addr_of[s],
+                        &addr_of[d],
+                        &slots,
+                        primaries,
+                        opts,
+                    )
+                    .await
+                }
+            }))
+            .await
+            .unwrap();
+        }
+    }
 }

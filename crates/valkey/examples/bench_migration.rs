@@ -4,11 +4,8 @@
 //!
 //! `cargo run --release -p valkey-ops --example bench_migration [-- KEYS]`
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use valkey_ops::commands::{self, AtomicMove, migrate};
-use valkey_ops::slots::Slot;
 use valkey_testkit::*;
 
 async fn formation(flavor: Flavor) -> (Duration, Duration) {
@@ -23,53 +20,10 @@ async fn formation(flavor: Flavor) -> (Duration, Duration) {
 }
 
 async fn migration(flavor: Flavor, keys: u64) -> (u64, Duration) {
-    let servers = start_servers(flavor, 4, None);
-    let pool = operator_pool(None);
-    let app = app_pool(None);
-    let addrs: Vec<String> = servers.iter().map(Server::addr).collect();
-    let ids = form_cluster(&pool, &addrs[..3], &[]).await;
-    write_keys(&app, &addrs[0], keys).await;
-    join_nodes(&pool, &addrs[0], &addrs[3..4]).await;
-    wait_cluster_ok(&pool, &addrs, Duration::from_secs(30)).await;
-    let new_id = commands::node_id(&pool, &addrs[3]).await.unwrap();
-    let mut targets = ids.clone();
-    targets.push(new_id);
-    let moves = plan_moves(&owned_slots(&pool, &addrs[0]).await, &targets);
-    let mut addr_of = HashMap::new();
-    for a in &addrs {
-        addr_of.insert(commands::node_id(&pool, a).await.unwrap(), a.clone());
-    }
+    let (_servers, pool, app, addrs, moves, addr_of) = rig_with_new_primary(flavor, keys).await;
     let t = Instant::now();
-    match flavor {
-        Flavor::V9 => {
-            futures::future::try_join_all(moves.iter().map(|(s, d, set)| {
-                let mv = vec![AtomicMove {
-                    ranges: set.ranges().collect(),
-                    target_id: d.clone(),
-                }];
-                let src = addr_of[s].clone();
-                let pool = &pool;
-                async move {
-                    commands::migrate_slots_atomic(pool, &src, &mv, Duration::from_secs(600)).await
-                }
-            }))
-            .await
-            .unwrap();
-        }
-        Flavor::V8 => {
-            let opts = migrate::KeyMigrationOptions::default();
-            futures::future::try_join_all(moves.iter().map(|(s, d, set)| {
-                let slots: Vec<Slot> = set.iter().collect();
-                let (pool, opts, addrs, addr_of) = (&pool, &opts, &addrs, &addr_of);
-                async move {
-                    commands::migrate_slot_keys(pool, &addr_of[s], &addr_of[d], &slots, addrs, opts)
-                        .await
-                }
-            }))
-            .await
-            .unwrap();
-        }
-    }
+    let atomic_timeout = Duration::from_secs(600);
+    execute_moves(flavor, &pool, &moves, &addr_of, &addrs, atomic_timeout).await;
     let took = t.elapsed();
     let moved: u64 = pool.query(&addrs[3], &redis::cmd("DBSIZE")).await.unwrap();
     assert_eq!(count_bad_keys(&app, &addrs[0], keys).await, 0, "keys lost");

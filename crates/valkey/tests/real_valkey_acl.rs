@@ -19,6 +19,24 @@ async fn allowed(pool: &NodePool, addr: &str, args: &[&str]) -> Result<(), Strin
     }
 }
 
+/// Asserts that `who` (`pool`) may run each of `cmds` on `addr`.
+async fn assert_allowed(pool: &NodePool, addr: &str, who: &str, cmds: &[&[&str]]) {
+    for cmd in cmds {
+        assert_eq!(allowed(pool, addr, cmd).await, Ok(()), "{who} {cmd:?}");
+    }
+}
+
+/// Asserts that `who` (`pool`) is refused each of `cmds` on `addr` (`NOPERM`).
+async fn assert_refused(pool: &NodePool, addr: &str, who: &str, cmds: &[&[&str]]) {
+    for cmd in cmds {
+        assert_eq!(
+            allowed(pool, addr, cmd).await,
+            Err("NOPERM".into()),
+            "{who} {cmd:?}"
+        );
+    }
+}
+
 async fn check_users(flavor: Flavor) {
     init_tracing();
     let server = Server::start(flavor, None);
@@ -39,104 +57,112 @@ async fn check_users(flavor: Flavor) {
         .await
         .unwrap();
 
-    for cmd in [
-        &["PING"][..],
-        &["INFO", "replication"],
-        &["CLUSTER", "INFO"],
-        &["CLUSTER", "NODES"],
-        &["CLUSTER", "MYID"],
-        &["CLUSTER", "COUNTKEYSINSLOT", "0"],
-        &["CLUSTER", "GETKEYSINSLOT", "0", "10"],
-        &["CONFIG", "GET", "maxmemory"],
-        &["CONFIG", "SET", "slowlog-max-len", "200"],
-        &["ACL", "USERS"],
-        &["ACL", "LOAD"],
-        &["WAIT", "0", "10"],
-        &["DBSIZE"],
-        &["ROLE"],
-        &["CLIENT", "LIST"],
-    ] {
-        assert_eq!(allowed(&op, &a, cmd).await, Ok(()), "operator {cmd:?}");
-    }
-    for cmd in [
-        &["GET", "k"][..],
-        &["SET", "k", "x"],
-        &["DEL", "k"],
-        &["KEYS", "*"],
-        &["SCAN", "0"],
-        &["HGETALL", "k"],
-        &["FLUSHALL"],
-        &["EVAL", "return 1", "0"],
-        &["SHUTDOWN", "NOSAVE"],
-        &["BGSAVE"],
-        &["MONITOR"],
-    ] {
-        assert_eq!(
-            allowed(&op, &a, cmd).await,
-            Err("NOPERM".into()),
-            "operator {cmd:?}"
-        );
-    }
+    assert_allowed(
+        &op,
+        &a,
+        "operator",
+        &[
+            &["PING"][..],
+            &["INFO", "replication"],
+            &["CLUSTER", "INFO"],
+            &["CLUSTER", "NODES"],
+            &["CLUSTER", "MYID"],
+            &["CLUSTER", "COUNTKEYSINSLOT", "0"],
+            &["CLUSTER", "GETKEYSINSLOT", "0", "10"],
+            &["CONFIG", "GET", "maxmemory"],
+            &["CONFIG", "SET", "slowlog-max-len", "200"],
+            &["ACL", "USERS"],
+            &["ACL", "LOAD"],
+            &["WAIT", "0", "10"],
+            &["DBSIZE"],
+            &["ROLE"],
+            &["CLIENT", "LIST"],
+        ],
+    )
+    .await;
+    assert_refused(
+        &op,
+        &a,
+        "operator",
+        &[
+            &["GET", "k"][..],
+            &["SET", "k", "x"],
+            &["DEL", "k"],
+            &["KEYS", "*"],
+            &["SCAN", "0"],
+            &["HGETALL", "k"],
+            &["FLUSHALL"],
+            &["EVAL", "return 1", "0"],
+            &["SHUTDOWN", "NOSAVE"],
+            &["BGSAVE"],
+            &["MONITOR"],
+        ],
+    )
+    .await;
 
     let exp = pool_for(acl::EXPORTER_USER, EXPORTER_PASSWORD, None);
-    for cmd in [
-        &["PING"][..],
-        &["INFO", "all"],
-        &["CLUSTER", "INFO"],
-        &["CLUSTER", "NODES"],
-        &["CLIENT", "LIST"],
-        &["SLOWLOG", "LEN"],
-        &["LATENCY", "LATEST"],
-        &["MEMORY", "STATS"],
-        &["DBSIZE"],
-    ] {
-        assert_eq!(allowed(&exp, &a, cmd).await, Ok(()), "exporter {cmd:?}");
-    }
+    assert_allowed(
+        &exp,
+        &a,
+        "exporter",
+        &[
+            &["PING"][..],
+            &["INFO", "all"],
+            &["CLUSTER", "INFO"],
+            &["CLUSTER", "NODES"],
+            &["CLIENT", "LIST"],
+            &["SLOWLOG", "LEN"],
+            &["LATENCY", "LATEST"],
+            &["MEMORY", "STATS"],
+            &["DBSIZE"],
+        ],
+    )
+    .await;
     // Nothing that reads a password or data: the monitoring credential cannot escalate.
-    for cmd in [
-        &["GET", "k"][..],
-        &["SET", "k", "x"],
-        &["SCAN", "0"],
-        &["CONFIG", "GET", "primaryauth"],
-        &["CONFIG", "GET", "masterauth"],
-        &["CONFIG", "GET", "requirepass"],
-        &["CONFIG", "GET", "*"],
-        &["ACL", "LIST"],
-        &["ACL", "GETUSER", acl::REPLICATION_USER],
-        &["ACL", "USERS"],
-        &["SLOWLOG", "GET", "10"],
-        &["CONFIG", "SET", "maxmemory", "1"],
-        &["CLUSTER", "MEET", "127.0.0.1", "1"],
-        &["ACL", "LOAD"],
-        &["FLUSHALL"],
-    ] {
-        assert_eq!(
-            allowed(&exp, &a, cmd).await,
-            Err("NOPERM".into()),
-            "exporter {cmd:?}"
-        );
-    }
+    assert_refused(
+        &exp,
+        &a,
+        "exporter",
+        &[
+            &["GET", "k"][..],
+            &["SET", "k", "x"],
+            &["SCAN", "0"],
+            &["CONFIG", "GET", "primaryauth"],
+            &["CONFIG", "GET", "masterauth"],
+            &["CONFIG", "GET", "requirepass"],
+            &["CONFIG", "GET", "*"],
+            &["ACL", "LIST"],
+            &["ACL", "GETUSER", acl::REPLICATION_USER],
+            &["ACL", "USERS"],
+            &["SLOWLOG", "GET", "10"],
+            &["CONFIG", "SET", "maxmemory", "1"],
+            &["CLUSTER", "MEET", "127.0.0.1", "1"],
+            &["ACL", "LOAD"],
+            &["FLUSHALL"],
+        ],
+    )
+    .await;
 
     let rep = pool_for(acl::REPLICATION_USER, REPLICATION_PASSWORD, None);
     assert_eq!(allowed(&rep, &a, &["PING"]).await, Ok(()));
     // The replication user reads no password either (on 9.x it reads and writes keys: atomic
     // slot migration runs the source's stream with its permissions).
-    for cmd in [
-        &["CONFIG", "SET", "maxmemory", "1"][..],
-        &["CONFIG", "GET", "primaryauth"],
-        &["CONFIG", "GET", "requirepass"],
-        &["ACL", "LIST"],
-        &["ACL", "GETUSER", acl::OPERATOR_USER],
-        &["CLUSTER", "MEET", "127.0.0.1", "1"],
-        &["ACL", "LOAD"],
-        &["FLUSHALL"],
-    ] {
-        assert_eq!(
-            allowed(&rep, &a, cmd).await,
-            Err("NOPERM".into()),
-            "replication {cmd:?}"
-        );
-    }
+    assert_refused(
+        &rep,
+        &a,
+        "replication",
+        &[
+            &["CONFIG", "SET", "maxmemory", "1"][..],
+            &["CONFIG", "GET", "primaryauth"],
+            &["CONFIG", "GET", "requirepass"],
+            &["ACL", "LIST"],
+            &["ACL", "GETUSER", acl::OPERATOR_USER],
+            &["CLUSTER", "MEET", "127.0.0.1", "1"],
+            &["ACL", "LOAD"],
+            &["FLUSHALL"],
+        ],
+    )
+    .await;
     if flavor == Flavor::V8 {
         assert_eq!(allowed(&rep, &a, &["GET", "k"]).await, Err("NOPERM".into()));
     }
@@ -310,15 +336,7 @@ async fn apply_on_replica(flavor: Flavor, load_crashes: bool) {
     let addrs: Vec<String> = servers.iter().map(Server::addr).collect();
     form_cluster(&op, &addrs[..1], &addrs[1..]).await;
     let replica = &addrs[1];
-    let synced = || async {
-        commands::observe_node(&op, replica)
-            .await
-            .ok()?
-            .replication?
-            .is_synced_replica()
-            .then_some(())
-    };
-    eventually("replica synced", std::time::Duration::from_secs(20), synced).await;
+    wait_replica_synced(&op, replica, "replica synced").await;
     let info = commands::observe_node(&op, replica).await.expect("observe");
     let version = info.server.expect("server info").version;
     assert_eq!(
@@ -358,12 +376,7 @@ async fn apply_on_replica(flavor: Flavor, load_crashes: bool) {
         Ok(_) => {}
         Err(e) => assert_eq!(e.server_code(), Some("MOVED"), "extra on the replica: {e}"),
     }
-    eventually(
-        "replica still synced",
-        std::time::Duration::from_secs(20),
-        synced,
-    )
-    .await;
+    wait_replica_synced(&op, replica, "replica still synced").await;
 
     if load_crashes {
         // Shows why: the same file through ACL LOAD kills the replica.

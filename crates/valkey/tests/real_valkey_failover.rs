@@ -3,8 +3,16 @@
 
 use std::time::Duration;
 
+use valkey_ops::client::NodePool;
 use valkey_ops::commands::{self, CommandError, FailoverMode};
 use valkey_testkit::*;
+
+/// A manual failover of `mode` on replica `addr` (waiting up to 20 s): whether it did one.
+async fn failover(pool: &NodePool, addr: &str, mode: FailoverMode) -> bool {
+    commands::failover(pool, addr, mode, Duration::from_secs(20))
+        .await
+        .unwrap()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_valkey9_primary_death_failover_forget_and_replace() {
@@ -16,15 +24,7 @@ async fn real_valkey9_primary_death_failover_forget_and_replace() {
     let ids = form_cluster(&pool, &addrs[..3], &addrs[3..]).await;
     write_keys(&app, &addrs[0], 10_000).await;
     for r in &addrs[3..] {
-        eventually("replica link up", Duration::from_secs(20), || async {
-            commands::observe_node(&pool, r)
-                .await
-                .ok()?
-                .replication?
-                .is_synced_replica()
-                .then_some(())
-        })
-        .await;
+        wait_replica_synced(&pool, r, "replica link up").await;
     }
     // Replicas acknowledge (WAIT on the operator connection: no writes of its own → all).
     assert!(
@@ -166,38 +166,12 @@ async fn real_valkey9_primary_death_failover_forget_and_replace() {
     let mut now: Vec<String> = rest.clone();
     now.push(fresh.addr());
     wait_cluster_ok(&pool, &now, Duration::from_secs(30)).await;
-    eventually("fresh replica synced", Duration::from_secs(20), || async {
-        commands::observe_node(&pool, &fresh.addr())
-            .await
-            .ok()?
-            .replication?
-            .is_synced_replica()
-            .then_some(())
-    })
-    .await;
+    wait_replica_synced(&pool, &fresh.addr(), "fresh replica synced").await;
     assert_eq!(count_bad_keys(&app, &addrs[1], 10_000).await, 0);
 
     // Manual failovers: default (coordinated), repeated (no-op), then TAKEOVER back.
-    assert!(
-        commands::failover(
-            &pool,
-            &addrs[4],
-            FailoverMode::Default,
-            Duration::from_secs(20)
-        )
-        .await
-        .unwrap()
-    );
-    assert!(
-        !commands::failover(
-            &pool,
-            &addrs[4],
-            FailoverMode::Default,
-            Duration::from_secs(20)
-        )
-        .await
-        .unwrap()
-    );
+    assert!(failover(&pool, &addrs[4], FailoverMode::Default).await);
+    assert!(!failover(&pool, &addrs[4], FailoverMode::Default).await);
     eventually("old primary demoted", Duration::from_secs(20), || async {
         commands::myself(&pool, &addrs[1])
             .await
@@ -206,26 +180,8 @@ async fn real_valkey9_primary_death_failover_forget_and_replace() {
             .then_some(())
     })
     .await;
-    assert!(
-        commands::failover(
-            &pool,
-            &addrs[1],
-            FailoverMode::Takeover,
-            Duration::from_secs(20)
-        )
-        .await
-        .unwrap()
-    );
-    assert!(
-        commands::failover(
-            &pool,
-            &addrs[4],
-            FailoverMode::Force,
-            Duration::from_secs(20)
-        )
-        .await
-        .unwrap()
-    );
+    assert!(failover(&pool, &addrs[1], FailoverMode::Takeover).await);
+    assert!(failover(&pool, &addrs[4], FailoverMode::Force).await);
     wait_cluster_ok(&pool, &now, Duration::from_secs(30)).await;
     assert_eq!(count_bad_keys(&app, &addrs[1], 10_000).await, 0);
 }

@@ -23,15 +23,7 @@ async fn form_3x1(flavor: Flavor) {
             o.myself().unwrap().primary_id.as_deref(),
             Some(ids[i].as_str())
         );
-        eventually(
-            "replica link up",
-            std::time::Duration::from_secs(20),
-            || async {
-                let o = commands::observe_node(&pool, r).await.ok()?;
-                o.replication?.is_synced_replica().then_some(())
-            },
-        )
-        .await;
+        wait_replica_synced(&pool, r, "replica link up").await;
     }
     // Forming again is a no-op (idempotent).
     let again = form_cluster(&pool, &addrs[..3], &addrs[3..]).await;

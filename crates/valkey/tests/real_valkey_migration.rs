@@ -14,15 +14,7 @@ const KEYS: u64 = 100_000;
 
 type Moves = Vec<Move>;
 
-async fn id_map(pool: &NodePool, addrs: &[String]) -> HashMap<String, String> {
-    let mut m = HashMap::new();
-    for a in addrs {
-        m.insert(commands::node_id(pool, a).await.unwrap(), a.clone());
-    }
-    m
-}
-
-/// Runs the moves, sources in parallel.
+/// Runs the moves, sources in parallel (atomic migrations waited for up to 60 s).
 async fn execute(
     flavor: Flavor,
     pool: &NodePool,
@@ -30,42 +22,27 @@ async fn execute(
     addr_of: &HashMap<String, String>,
     primaries: &[String],
 ) {
-    match flavor {
-        Flavor::V9 => {
-            let mut by_src: HashMap<&str, Vec<AtomicMove>> = HashMap::new();
-            for (s, d, set) in moves {
-                by_src.entry(s).or_default().push(AtomicMove {
-                    ranges: set.ranges().collect(),
-                    target_id: d.clone(),
-                });
-            }
-            futures::future::try_join_all(by_src.iter().map(|(s, m)| {
-                commands::migrate_slots_atomic(pool, &addr_of[*s], m, Duration::from_secs(60))
-            }))
-            .await
-            .unwrap();
-        }
-        Flavor::V8 => {
-            let opts = migrate::KeyMigrationOptions::default();
-            futures::future::try_join_all(moves.iter().map(|(s, d, set)| {
-                let slots: Vec<Slot> = set.iter().collect();
-                let opts = &opts;
-                async move {
-                    commands::migrate_slot_keys(
-                        pool,
-                        &addr_of[s],
-                        &addr_of[d],
-                        &slots,
-                        primaries,
-                        opts,
-                    )
-                    .await
-                }
-            }))
-            .await
-            .unwrap();
-        }
+    let timeout = Duration::from_secs(60);
+    execute_moves(flavor, pool, moves, addr_of, primaries, timeout).await;
+}
+
+/// Runs `batches` one after the other and prints how long the `what` migration took.
+async fn execute_batches(
+    flavor: Flavor,
+    pool: &NodePool,
+    batches: &[Moves],
+    addr_of: &HashMap<String, String>,
+    primaries: &[String],
+    what: &str,
+) {
+    let t = std::time::Instant::now();
+    for batch in batches {
+        execute(flavor, pool, batch, addr_of, primaries).await;
     }
+    eprintln!(
+        "{flavor:?}: {what} migration of 4096 slots took {:?}",
+        t.elapsed()
+    );
 }
 
 async fn scale_out_and_in(flavor: Flavor) {
@@ -83,7 +60,7 @@ async fn scale_out_and_in(flavor: Flavor) {
     let new_id = commands::node_id(&pool, &addrs[6]).await.unwrap();
     attach_replica(&pool, &addrs[7], &new_id).await;
     wait_cluster_ok(&pool, &addrs, Duration::from_secs(30)).await;
-    let addr_of = id_map(&pool, &addrs).await;
+    let addr_of = addrs_by_id(&pool, &addrs).await;
     let mut targets = ids.clone();
     targets.push(new_id.clone());
     let primaries: Vec<String> = vec![
@@ -95,14 +72,7 @@ async fn scale_out_and_in(flavor: Flavor) {
     let batches = plan_batches(&owned_slots(&pool, &addrs[0]).await, &targets, 1024);
     let moves = batches.concat();
     assert_eq!(moves.iter().map(|m| m.2.len()).sum::<usize>(), 4096);
-    let t = std::time::Instant::now();
-    for batch in &batches {
-        execute(flavor, &pool, batch, &addr_of, &primaries).await;
-    }
-    eprintln!(
-        "{flavor:?}: scale-out migration of 4096 slots took {:?}",
-        t.elapsed()
-    );
+    execute_batches(flavor, &pool, &batches, &addr_of, &primaries, "scale-out").await;
     wait_cluster_ok(&pool, &addrs, Duration::from_secs(30)).await;
     let owned = owned_slots(&pool, &addrs[6]).await;
     let mine = owned.iter().find(|(i, _)| *i == new_id).unwrap();
@@ -113,14 +83,7 @@ async fn scale_out_and_in(flavor: Flavor) {
     // Scale in: drain the fourth shard straight to the remaining owners.
     let batches = plan_batches(&owned_slots(&pool, &addrs[0]).await, &ids, 1024);
     assert!(batches.concat().iter().all(|(s, _, _)| *s == new_id));
-    let t = std::time::Instant::now();
-    for batch in &batches {
-        execute(flavor, &pool, batch, &addr_of, &primaries).await;
-    }
-    eprintln!(
-        "{flavor:?}: scale-in migration of 4096 slots took {:?}",
-        t.elapsed()
-    );
+    execute_batches(flavor, &pool, &batches, &addr_of, &primaries, "scale-in").await;
     assert_eq!(count_bad_keys(&app, &addrs[0], KEYS).await, 0);
     let dbsize: u64 = pool.query(&addrs[6], &redis::cmd("DBSIZE")).await.unwrap();
     assert_eq!(dbsize, 0);
@@ -157,38 +120,15 @@ async fn real_valkey8_key_by_key_migration_scale_out_and_in_keeps_100k_keys() {
     scale_out_and_in(Flavor::V8).await;
 }
 
-/// A 3-shard cluster with keys plus one empty primary joined: returns servers, addrs,
-/// moves to the new primary and the id → address map.
-async fn rig_with_new_primary(
-    flavor: Flavor,
-) -> (
-    Vec<Server>,
-    NodePool,
-    NodePool,
-    Vec<String>,
-    Moves,
-    HashMap<String, String>,
-) {
+/// [`rig_with_new_primary`] with [`KEYS`] keys.
+async fn rig(flavor: Flavor) -> NewPrimaryRig {
     init_tracing();
-    let servers = start_servers(flavor, 4, None);
-    let pool = operator_pool(None);
-    let app = app_pool(None);
-    let addrs: Vec<String> = servers.iter().map(Server::addr).collect();
-    let ids = form_cluster(&pool, &addrs[..3], &[]).await;
-    write_keys(&app, &addrs[0], KEYS).await;
-    join_nodes(&pool, &addrs[0], &addrs[3..4]).await;
-    wait_cluster_ok(&pool, &addrs, Duration::from_secs(30)).await;
-    let new_id = commands::node_id(&pool, &addrs[3]).await.unwrap();
-    let mut targets = ids.clone();
-    targets.push(new_id);
-    let moves = plan_moves(&owned_slots(&pool, &addrs[0]).await, &targets);
-    let addr_of = id_map(&pool, &addrs).await;
-    (servers, pool, app, addrs, moves, addr_of)
+    rig_with_new_primary(flavor, KEYS).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_valkey9_interrupted_atomic_migration_resumes() {
-    let (_servers, pool, app, addrs, moves, addr_of) = rig_with_new_primary(Flavor::V9).await;
+    let (_servers, pool, app, addrs, moves, addr_of) = rig(Flavor::V9).await;
     // Start the migration from the first source, "crash" the operator (drop the future)
     // and cancel the server-side job: an aborted operation.
     let (src, dst, set) = &moves[0];
@@ -229,7 +169,7 @@ async fn real_valkey9_interrupted_atomic_migration_resumes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_valkey8_interrupted_key_migration_resumes() {
-    let (_servers, pool, app, addrs, moves, addr_of) = rig_with_new_primary(Flavor::V8).await;
+    let (_servers, pool, app, addrs, moves, addr_of) = rig(Flavor::V8).await;
     let (src, dst, set) = &moves[0];
     let slots: Vec<Slot> = set.iter().collect();
     let opts = migrate::KeyMigrationOptions {

@@ -17,19 +17,7 @@ async fn real_valkey8_tls_cluster_with_ca_and_server_name() {
     let addrs: Vec<String> = servers.iter().map(Server::addr).collect();
     form_cluster(&pool, &addrs[..3], &addrs[3..]).await;
     for r in &addrs[3..] {
-        eventually(
-            "TLS replication link up",
-            Duration::from_secs(20),
-            || async {
-                commands::observe_node(&pool, r)
-                    .await
-                    .ok()?
-                    .replication?
-                    .is_synced_replica()
-                    .then_some(())
-            },
-        )
-        .await;
+        wait_replica_synced(&pool, r, "TLS replication link up").await;
     }
     let app = app_pool(Some(&tls));
     write_keys(&app, &addrs[0], 5_000).await;

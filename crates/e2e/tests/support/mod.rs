@@ -221,6 +221,32 @@ pub async fn create_cluster_with(
     Ok(())
 }
 
+/// [`create_ready_cluster_with`] with no extra `spec` fields.
+pub async fn create_ready_cluster(
+    client: &Client,
+    name: &str,
+    pw: &str,
+    shards: i32,
+    replicas: i32,
+) -> anyhow::Result<ValkeyCluster> {
+    create_ready_cluster_with(client, name, pw, shards, replicas, serde_json::json!({})).await
+}
+
+/// Creates the app user's Secret `<name>-app` with password `pw` and the cluster (see
+/// [`create_cluster_with`]), then waits up to 5 minutes for its `shards` to be Ready.
+pub async fn create_ready_cluster_with(
+    client: &Client,
+    name: &str,
+    pw: &str,
+    shards: i32,
+    replicas: i32,
+    extra: serde_json::Value,
+) -> anyhow::Result<ValkeyCluster> {
+    create_user_secret(client, &format!("{name}-app"), pw).await?;
+    create_cluster_with(client, name, shards, replicas, extra).await?;
+    wait_ready(client, name, shards, Duration::from_secs(300)).await
+}
+
 /// Pod name → (uid, server restart count) of cluster `name`.
 pub async fn pod_identities(
     client: &Client,
@@ -374,6 +400,17 @@ pub async fn pods_of(client: &Client, name: &str) -> anyhow::Result<Vec<Pod>> {
 
 pub fn pod_ip(p: &Pod) -> Option<String> {
     p.status.as_ref()?.pod_ip.clone()
+}
+
+/// Sends the command `args` (its name first, every argument a string) on `conn`; its reply.
+pub async fn query_cmd<T: redis::FromRedisValue>(
+    conn: &mut impl redis::aio::ConnectionLike,
+    args: &[&str],
+) -> anyhow::Result<T> {
+    Ok(redis::cmd(args[0])
+        .arg(&args[1..])
+        .query_async(conn)
+        .await?)
 }
 
 pub async fn node_conn(
@@ -533,22 +570,11 @@ pub async fn cluster_client(
     Ok(cc.get_async_connection().await?)
 }
 
-/// The [`Writer`]'s client: a few quick retries (redirects, a moved slot) instead of the
-/// library's 16 with exponential back-off up to minutes, so an error reaches the writer (and
-/// its log) and a gap is the cluster's, not the client's back-off.
-async fn writer_client(
-    client: &Client,
-    name: &str,
-    pw: &str,
-) -> anyhow::Result<redis::cluster_async::ClusterConnection> {
-    Ok(writer_cluster_client(client, name, pw)
-        .await?
-        .get_async_connection()
-        .await?)
-}
-
 /// The writers' cluster client (seeded with the cluster's pod IPs, short retries, bounded
-/// connection and response timeouts), not connected yet.
+/// connection and response timeouts), not connected yet: a few quick retries (redirects, a
+/// moved slot) instead of the library's 16 with exponential back-off up to minutes, so an
+/// error reaches the writer (and its log) and a gap is the cluster's, not the client's
+/// back-off.
 async fn writer_cluster_client(
     client: &Client,
     name: &str,
@@ -566,23 +592,42 @@ async fn writer_cluster_client(
         .build()?)
 }
 
-pub async fn write_read(
+/// `SET <prefix>:<i> <i>` for every `i` of `range`, in order.
+async fn set_range(
     conn: &mut redis::cluster_async::ClusterConnection,
-    n: usize,
     prefix: &str,
+    range: std::ops::Range<usize>,
 ) -> anyhow::Result<()> {
-    for i in 0..n {
+    for i in range {
         let _: () = redis::cmd("SET")
             .arg(format!("{prefix}:{i}"))
             .arg(i)
             .query_async(conn)
             .await?;
     }
+    Ok(())
+}
+
+/// `GET <prefix>:<i>`.
+async fn get_indexed<T: redis::FromRedisValue>(
+    conn: &mut redis::cluster_async::ClusterConnection,
+    prefix: &str,
+    i: usize,
+) -> anyhow::Result<T> {
+    Ok(redis::cmd("GET")
+        .arg(format!("{prefix}:{i}"))
+        .query_async(conn)
+        .await?)
+}
+
+pub async fn write_read(
+    conn: &mut redis::cluster_async::ClusterConnection,
+    n: usize,
+    prefix: &str,
+) -> anyhow::Result<()> {
+    set_range(conn, prefix, 0..n).await?;
     for i in 0..n {
-        let v: usize = redis::cmd("GET")
-            .arg(format!("{prefix}:{i}"))
-            .query_async(conn)
-            .await?;
+        let v: usize = get_indexed(conn, prefix, i).await?;
         ensure!(v == i, "key {prefix}:{i} = {v}");
     }
     Ok(())
@@ -659,20 +704,16 @@ pub async fn acked_writes(
     n: usize,
     prefix: &str,
 ) -> anyhow::Result<()> {
-    for i in 0..n {
-        let _: () = redis::cmd("SET")
-            .arg(format!("{prefix}:{i}"))
-            .arg(i)
+    for start in (0..n).step_by(100) {
+        let end = (start + 100).min(n);
+        set_range(conn, prefix, start..end).await?;
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(2000)
             .query_async(conn)
             .await?;
-        if i % 100 == 99 || i + 1 == n {
-            let acked: i64 = redis::cmd("WAIT")
-                .arg(1)
-                .arg(2000)
-                .query_async(conn)
-                .await?;
-            ensure!(acked >= 1, "WAIT 1 not acknowledged after {prefix}:{i}");
-        }
+        let last = end - 1;
+        ensure!(acked >= 1, "WAIT 1 not acknowledged after {prefix}:{last}");
     }
     Ok(())
 }
@@ -700,7 +741,11 @@ impl Writer {
             let mut why = String::new();
             while !*rx.borrow() {
                 if conn.is_none() {
-                    match writer_client(&client, &name, &pw).await {
+                    let connect = async {
+                        let cc = writer_cluster_client(&client, &name, &pw).await?;
+                        anyhow::Ok(cc.get_async_connection().await?)
+                    };
+                    match connect.await {
                         Ok(c) => conn = Some(c),
                         Err(e) => why = format!("connect: {e:#}"),
                     }
@@ -840,10 +885,7 @@ pub async fn check_acked(
 ) -> anyhow::Result<()> {
     let mut lost = Vec::new();
     for i in 0..n {
-        let v: Option<usize> = redis::cmd("GET")
-            .arg(format!("{prefix}:{i}"))
-            .query_async(conn)
-            .await?;
+        let v: Option<usize> = get_indexed(conn, prefix, i).await?;
         if v != Some(i) {
             lost.push(format!("{prefix}:{i}={v:?}"));
         }

@@ -1,0 +1,12 @@
+//! Helpers shared by the operator's integration tests.
+
+/// `kubectl` arguments that wait (up to 60 s) until both CRDs of the operator are Established.
+pub const WAIT_CRDS_ESTABLISHED: [&str; 7] = [
+    "wait",
+    "--for",
+    "condition=Established",
+    "--timeout",
+    "60s",
+    "crd/valkeyclusters.valkey.io",
+    "crd/valkeynodes.valkey.io",
+];
