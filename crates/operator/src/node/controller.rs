@@ -118,7 +118,7 @@ pub async fn run(
         })
         .graceful_shutdown_on(shutdown)
         .run(
-            reconcile,
+            reconcile_node,
             error_policy,
             Arc::new(Shared::new(client, metrics)),
         )
@@ -210,7 +210,7 @@ fn finalizer_patched(node: &str, res: Result<(), NodeError>) -> Result<Action, N
     }
 }
 
-async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError> {
+async fn reconcile_node(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError> {
     let metrics = ctx.metrics.clone();
     metrics.reconcile(CONTROLLER, pass(node, ctx)).await
 }
