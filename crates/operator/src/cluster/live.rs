@@ -399,12 +399,6 @@ async fn live_config(
     let keys = (config == LiveState::Applied && recorded.iter().ne(&user_keys))
         .then(|| user_keys.iter().map(|k| (*k).to_owned()).collect());
     if conditions.is_some() || keys.is_some() {
-        let conditions = conditions.unwrap_or_else(|| {
-            node.status
-                .as_ref()
-                .map(|s| s.conditions.clone())
-                .unwrap_or_default()
-        });
         let update = Update {
             conditions,
             live_config_keys: keys,
@@ -415,8 +409,8 @@ async fn live_config(
 }
 
 /// The ACL `file` (`None`: none wanted) on `node`'s server (see [`acl_in_effect`]); records
-/// `ACLApplied` and the
-/// system-user digest, and a `SystemUsersRestored` event when they had been changed.
+/// `ACLApplied` and the system-user digest, and a `SystemUsersRestored` event when they had
+/// been changed.
 async fn acl_file(
     pool: &NodePool,
     w: &Writer<'_>,
@@ -471,12 +465,7 @@ async fn acl_file(
     let digest = digest.filter(|d| recorded.as_ref() != Some(d));
     if conditions.is_some() || digest.is_some() {
         let update = Update {
-            conditions: conditions.unwrap_or_else(|| {
-                node.status
-                    .as_ref()
-                    .map(|s| s.conditions.clone())
-                    .unwrap_or_default()
-            }),
+            conditions,
             live_config_keys: None,
             system_users_digest: digest,
         };
@@ -522,7 +511,7 @@ async fn tls_files(
         now,
     ) {
         let update = Update {
-            conditions: c,
+            conditions: Some(c),
             live_config_keys: None,
             system_users_digest: None,
         };
@@ -530,10 +519,10 @@ async fn tls_files(
     }
 }
 
-/// A status update of a ValkeyNode: its whole condition list, and the live keys and the
-/// system-user digest when they change.
+/// A status update of a ValkeyNode: its whole condition list, the live keys and the
+/// system-user digest, each when it changes.
 struct Update {
-    conditions: Vec<Condition>,
+    conditions: Option<Vec<Condition>>,
     live_config_keys: Option<Vec<String>>,
     system_users_digest: Option<String>,
 }
@@ -606,7 +595,9 @@ async fn record(
     failed_event: &'static str,
 ) {
     let mut fields = ClusterFields::of(node);
-    fields.conditions = update.conditions;
+    if let Some(conditions) = update.conditions {
+        fields.conditions = conditions;
+    }
     if let Some(keys) = update.live_config_keys {
         fields.live_config_keys = keys;
     }
