@@ -36,7 +36,7 @@ use crate::render::names;
 use crate::scope::Scope;
 
 /// Name of this controller in metrics and events.
-pub const CONTROLLER: &str = "valkeycluster";
+pub const CLUSTER_CONTROLLER: &str = "valkeycluster";
 
 /// Errors of a reconcile pass (the pass is retried with backoff).
 #[derive(Debug, thiserror::Error)]
@@ -106,12 +106,14 @@ impl Context {
 /// One reconcile pass.
 pub async fn reconcile(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let metrics = ctx.shared.metrics.clone();
-    metrics.reconcile(CONTROLLER, pass(&vc, &ctx)).await
+    metrics
+        .reconcile(CLUSTER_CONTROLLER, cluster_pass(&vc, &ctx))
+        .await
 }
 
 /// observe → check users' rules → build → apply → plan → act (step, live settings) → report.
 #[instrument(skip_all, fields(cluster = %format!("{}/{}", requested.namespace().unwrap_or_default(), requested.name_any())))]
-async fn pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
+async fn cluster_pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
     let ns = requested.namespace().ok_or(Error::NoNamespace)?;
     let key = format!("{ns}/{}", requested.name_any());
     if requested.meta().deletion_timestamp.is_some() {
@@ -230,8 +232,8 @@ impl FailureReason for Error {
     }
 }
 
-fn error_policy(vc: Arc<ValkeyCluster>, err: &Error, ctx: Arc<Context>) -> Action {
-    ctx.shared.metrics.failed_with(CONTROLLER, err);
+fn cluster_error_policy(vc: Arc<ValkeyCluster>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.shared.metrics.failed_with(CLUSTER_CONTROLLER, err);
     let cluster = format!("{}/{}", vc.namespace().unwrap_or_default(), vc.name_any());
     let _span = tracing::info_span!("retry", cluster = %cluster).entered();
     warn!(error = %err, "reconcile failed");
@@ -245,7 +247,7 @@ pub async fn run(
     scope: Scope,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    metrics.declare_failures_of::<Error>(CONTROLLER);
+    metrics.declare_failures_of::<Error>(CLUSTER_CONTROLLER);
     let ctx = Arc::new(Context::new(client.clone(), metrics));
     let managed = watcher::Config::default().labels(labels::CLUSTER);
     let clusters: Api<ValkeyCluster> = scope.api(&client);
@@ -288,7 +290,7 @@ pub async fn run(
             Some(ObjectRef::<ValkeyCluster>::new(&cluster).within(&ns))
         })
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, cluster_error_policy, ctx)
         .for_each(|r| async move {
             if let Err(e) = r {
                 debug!(error = %e, "controller event");

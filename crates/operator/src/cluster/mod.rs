@@ -24,4 +24,4 @@ pub mod rule_check;
 pub mod steps;
 pub mod tls_secret;
 
-pub use controller::{CONTROLLER, Context, reconcile, run};
+pub use controller::{CLUSTER_CONTROLLER, Context, reconcile, run};

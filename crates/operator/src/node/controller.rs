@@ -65,7 +65,7 @@ pub enum NodeError {
 type Ctx = Shared;
 
 /// Name of this controller in metrics.
-pub const CONTROLLER: &str = "valkeynode";
+pub const NODE_CONTROLLER: &str = "valkeynode";
 
 async fn publish(ctx: &Ctx, node: &ValkeyNode, reason: &'static str, note: String) {
     ctx.publish(
@@ -104,7 +104,7 @@ pub async fn run(
     scope: Scope,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
-    metrics.declare_failures_of::<NodeError>(CONTROLLER);
+    metrics.declare_failures_of::<NodeError>(NODE_CONTROLLER);
     let nodes: Api<ValkeyNode> = scope.api(&client);
     let owned = watcher::Config::default().labels(&managed_selector());
     Controller::new(nodes, watcher::Config::default())
@@ -119,7 +119,7 @@ pub async fn run(
         .graceful_shutdown_on(shutdown)
         .run(
             reconcile_node,
-            error_policy,
+            node_error_policy,
             Arc::new(Shared::new(client, metrics)),
         )
         .for_each(|res| async move {
@@ -146,8 +146,8 @@ impl FailureReason for NodeError {
     }
 }
 
-fn error_policy(node: Arc<ValkeyNode>, err: &NodeError, ctx: Arc<Ctx>) -> Action {
-    ctx.metrics.failed_with(CONTROLLER, err);
+fn node_error_policy(node: Arc<ValkeyNode>, err: &NodeError, ctx: Arc<Ctx>) -> Action {
+    ctx.metrics.failed_with(NODE_CONTROLLER, err);
     let cluster = format!(
         "{}/{}",
         node.namespace().unwrap_or_default(),
@@ -212,7 +212,9 @@ fn finalizer_patched(node: &str, res: Result<(), NodeError>) -> Result<Action, N
 
 async fn reconcile_node(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError> {
     let metrics = ctx.metrics.clone();
-    metrics.reconcile(CONTROLLER, pass(node, ctx)).await
+    metrics
+        .reconcile(NODE_CONTROLLER, node_pass(node, ctx))
+        .await
 }
 
 /// A workload kind the node controller writes (StatefulSet or Deployment, one replica).
@@ -272,7 +274,7 @@ async fn reconcile_workload<K: WorkloadKind>(
 
 /// finalizers → claim → workload → pod → report.
 #[instrument(skip_all, fields(cluster = %format!("{}/{}", node.namespace().unwrap_or_default(), node.spec.cluster_name), node = %node.name_any()))]
-async fn pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError> {
+async fn node_pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeError> {
     let ns = node.namespace().ok_or(NodeError::NoNamespace)?;
     let client = &ctx.client;
     let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), &ns);

@@ -33,8 +33,9 @@ pub use rebalance::{Balance, KEY_MIGRATION_BATCH_SLOTS, REBALANCE_BATCH_SLOTS};
 
 use shards::{TopologyFacts, analyze};
 
-/// One bounded step.
-#[derive(Clone, Debug, PartialEq)]
+/// One bounded step; its kind (for logs, metrics and `status.operation`) is the variant's
+/// name ([`Step::kind`]).
+#[derive(Clone, Debug, PartialEq, strum::IntoStaticStr)]
 pub enum Step {
     /// Introduce isolated nodes to the cluster through the seed.
     Meet {
@@ -153,21 +154,9 @@ impl Transfer {
 }
 
 impl Step {
-    /// Short CamelCase name (for logs, metrics and `status.operation`).
+    /// Short CamelCase name (for logs, metrics and `status.operation`): the variant's name.
     pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Meet { .. } => "Meet",
-            Self::ReMeet { .. } => "ReMeet",
-            Self::AssignSlots { .. } => "AssignSlots",
-            Self::Replicate { .. } => "Replicate",
-            Self::MigrateSlots { .. } => "MigrateSlots",
-            Self::Failover { .. } => "Failover",
-            Self::Forget { .. } => "Forget",
-            Self::FinishOpenSlots { .. } => "FinishOpenSlots",
-            Self::Retire { .. } => "Retire",
-            Self::HandOver { .. } => "HandOver",
-            Self::AuthorizeRoll { .. } => "AuthorizeRoll",
-        }
+        self.into()
     }
 }
 
