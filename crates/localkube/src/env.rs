@@ -156,6 +156,13 @@ impl Env {
             // A crashed run that held this slot may have left its bridge.
             let _ = runtime::cleanup_leftovers(&dir, &bridge);
             let cidr = opts.pod_cidr.unwrap_or_else(|| slot.pod_cidr());
+            // What every pod shares with the host, sized for as many pods as the nodes and
+            // the CIDR (less its network, gateway and broadcast addresses) allow.
+            let addresses = 1u64 << (32 - u32::from(cidr.prefix_len())).min(32);
+            let pods = (opts.nodes as u64 * u64::from(opts.node_pods))
+                .min(addresses.saturating_sub(3))
+                .min(runtime::host_limits::MAX_BRIDGE_PORTS);
+            tokio::task::spawn_blocking(move || runtime::host_limits::size_for(pods)).await?;
             let cfg = NetworkConfig {
                 bridge: bridge.clone(),
                 cidr,

@@ -35,6 +35,7 @@ pub mod cleanup;
 mod command;
 pub mod container;
 pub mod error;
+pub mod host_limits;
 pub mod images;
 pub mod ipam;
 pub mod network;
