@@ -52,6 +52,9 @@ pub mod reason {
     pub const MISSING_REPLICAS: &str = "MissingReplicas";
     /// Ready=False / Degraded=True: a pod cannot be scheduled.
     pub const POD_UNSCHEDULABLE: &str = "PodUnschedulable";
+    /// Ready=False: pods Kubernetes reports Ready do not answer the operator (a timeout, a
+    /// refused connection); the message names them with the error.
+    pub const PODS_UNREACHABLE: &str = "PodsUnreachable";
     /// Progressing=True before the cluster first formed.
     pub const INITIALIZING: &str = "Initializing";
     /// Progressing=True: nodes are being met / attached.
@@ -169,6 +172,8 @@ pub mod event {
     pub const CLUSTER_READY: &str = "ClusterReady";
     /// A pod cannot be scheduled (Warning).
     pub const POD_UNSCHEDULABLE: &str = "PodUnschedulable";
+    /// Pods Kubernetes reports Ready do not answer the operator (Warning).
+    pub const PODS_UNREACHABLE: &str = "PodsUnreachable";
     /// The workload controller cannot create a pod: the API server refuses it (Warning).
     pub const POD_CREATION_FAILED: &str = "PodCreationFailed";
     /// The explicit grace period is below the recommended minimum (Warning).

@@ -8,7 +8,7 @@
 //! the cut-off node rejoins as a replica (exactly one primary per shard), the cluster is Ready
 //! with the full topology, and no acknowledged write is lost (the cut-off primary could not
 //! have acknowledged any: its replica was unreachable). While partitioned, the status stops
-//! saying Ready. The same is tried a second time from the state the first left (the primary of
+//! saying Ready and names the pod it cannot reach (`PodsUnreachable`, with the timeout). The same is tried a second time from the state the first left (the primary of
 //! shard 0 now at node index 1).
 //!
 //! A second test, two scenarios in one environment: a stale replica (its replication link down
@@ -63,6 +63,33 @@ async fn partition_shard0_primary(
         // Stay partitioned until the operator's status shows the lost replica (a Ready
         // cluster is observed every 10 s): the status tells the truth.
         let api: kube::Api<valkey_api::ValkeyCluster> = kube::Api::namespaced(client.clone(), NS);
+        // The operator names the pod it cannot reach while Kubernetes still reports it Ready
+        // (until its readiness probe sees the cluster fail around it), with the error.
+        let mut named = None;
+        loop {
+            let s = api.get(name).await?.status.unwrap_or_default();
+            let ready = s.conditions.iter().find(|c| c.type_ == "Ready");
+            if let Some(c) = ready.filter(|c| c.reason == "PodsUnreachable") {
+                ensure!(
+                    c.message.contains(&format!("{victim} (timeout talking to")),
+                    "PodsUnreachable does not name {victim} with a timeout: {}",
+                    c.message
+                );
+                named = Some(cut.elapsed());
+                break;
+            }
+            if cut.elapsed() > Duration::from_secs(30) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let named = named.with_context(|| {
+            format!("the status never named the unreachable {victim} (PodsUnreachable)")
+        })?;
+        eprintln!(
+            "MEASURE partition round {round}: Ready=False PodsUnreachable naming {victim} {:.1}s after the cut",
+            named.as_secs_f64()
+        );
         loop {
             let s = api.get(name).await?.status.unwrap_or_default();
             if s.state != valkey_api::status::ClusterState::Ready {

@@ -9,7 +9,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tracing::warn;
 
 use crate::metrics::Metrics;
-use crate::status::EventSpec;
+use crate::status::{EventSpec, text};
 
 /// What every controller needs: the API client, an event recorder and the metrics.
 #[derive(Clone)]
@@ -46,7 +46,7 @@ impl Shared {
                     EventType::Normal
                 },
                 reason: e.reason.to_owned(),
-                note: Some(e.note.chars().take(1000).collect()),
+                note: Some(text::clamp(&e.note, text::EVENT_NOTE_MAX)),
                 action: e.action.to_owned(),
                 secondary: None,
             };

@@ -267,6 +267,30 @@ pub fn unready(pods: &[Pod], layout: Layout) -> Vec<String> {
     names
 }
 
+/// Pods Kubernetes reports Ready (and not being deleted) whose server the operator could not
+/// observe, as `pod (error)`, sorted: the pod network between them is broken (a pod whose
+/// server is down fails its readiness probe instead). Refused credentials are reported apart.
+pub fn unreachable(topology: &Topology, pods: &[Pod]) -> Vec<String> {
+    let mut out: Vec<String> = topology
+        .members()
+        .iter()
+        .filter(|m| m.view.is_none() && m.auth_refused.is_none())
+        .filter(|m| {
+            pods.iter().any(|p| {
+                p.name_any() == m.pod
+                    && p.metadata.deletion_timestamp.is_none()
+                    && crate::node::status::pod_ready(p)
+            })
+        })
+        .map(|m| {
+            let error = m.error.as_deref().unwrap_or("no answer");
+            format!("{} ({})", m.pod, crate::status::text::clamp(error, 160))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The first pod whose server refuses the operator's credentials, as the Ready message with
 /// the remedy: its system users were changed on the server (by a user allowed to change ACLs).
 pub fn system_users_refused(topology: &Topology) -> Option<String> {

@@ -7,6 +7,7 @@ use valkey_api::status::OperationStatus;
 
 use super::plan::{Balance, Step};
 use super::steps::Moved;
+use crate::status::text;
 
 /// What the operation of a pass is derived from.
 #[derive(Clone, Copy, Debug)]
@@ -81,15 +82,19 @@ pub fn operation(pass: Pass<'_>, previous: Option<&OperationStatus>) -> Option<O
                     t.target_shard
                 )
             })
-            .collect::<Vec<_>>()
-            .join(", "),
-        _ => "waiting for the next batch".into(),
+            .collect::<Vec<_>>(),
+        _ => Vec::new(),
+    };
+    let routes = if routes.is_empty() {
+        "waiting for the next batch".into()
+    } else {
+        text::list("transfers", &routes)
     };
     let detail = if draining.is_empty() {
         format!("rebalancing: {routes}")
     } else {
         let d: Vec<String> = draining.iter().map(ToString::to_string).collect();
-        format!("draining shard(s) {}: {routes}", d.join(", "))
+        format!("draining shard(s) {}: {routes}", text::list("shards", &d))
     };
     Some(OperationStatus {
         kind: KIND.into(),

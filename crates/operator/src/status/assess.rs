@@ -177,6 +177,8 @@ pub struct Facts {
     pub topology: TopologyFacts,
     /// Pods of the layout whose readiness probe has not passed (names, sorted).
     pub unready_pods: Vec<String>,
+    /// Pods Kubernetes reports Ready that the operator cannot reach: `pod (error)`, sorted.
+    pub unreachable_pods: Vec<String>,
     /// Work the operator did or is waiting for.
     pub progress: Option<Progress>,
     /// A topology step that failed.
@@ -249,6 +251,16 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
         )
     } else if let Some(msg) = &f.unschedulable {
         Cond::no(condition::READY, reason::POD_UNSCHEDULABLE, msg.clone())
+    } else if !f.unreachable_pods.is_empty() {
+        Cond::no(
+            condition::READY,
+            reason::PODS_UNREACHABLE,
+            format!(
+                "the operator cannot reach pods that Kubernetes reports Ready: {}; check the pod \
+                 network and any NetworkPolicy between the operator and the pods",
+                super::text::list("pods", &f.unreachable_pods)
+            ),
+        )
     } else if !formed.status {
         Cond::no(condition::READY, formed.reason, formed.message.clone())
     } else if let Some(msg) = &t.drain_no_room {

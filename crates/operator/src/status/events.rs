@@ -128,6 +128,13 @@ pub fn transition_events(
         move |c: &Condition| c.reason == r && c.message.starts_with(prefix)
     };
     warn(
+        ready,
+        "False",
+        &is(reason::PODS_UNREACHABLE),
+        false,
+        (event::PODS_UNREACHABLE, "Observe"),
+    );
+    warn(
         degraded,
         "True",
         &starts(reason::REBALANCE_FAILED, NOT_ENOUGH_MEMORY),

@@ -80,8 +80,8 @@ pub struct Position {
 pub async fn observe_topology(pool: &NodePool, positions: Vec<Position>) -> Topology {
     let members = futures::future::join_all(positions.into_iter().map(|p| async move {
         let addr = p.addr.to_string();
-        let (view, refused, auth_refused) = match observe_node(pool, &addr).await {
-            Ok(o) => (Some(o.into()), false, None),
+        let (view, refused, auth_refused, error) = match observe_node(pool, &addr).await {
+            Ok(o) => (Some(o.into()), false, None, None),
             Err(e) => {
                 tracing::debug!(pod = %p.pod, %addr, error = %e, "node not observable");
                 let refused = matches!(&e, CommandError::Client(c) if c.is_connection_refused());
@@ -89,7 +89,7 @@ pub async fn observe_topology(pool: &NodePool, positions: Vec<Position>) -> Topo
                     CommandError::Client(c) if c.is_auth() => Some(c.to_string()),
                     _ => None,
                 };
-                (None, refused, auth)
+                (None, refused, auth, Some(e.to_string()))
             }
         };
         Member {
@@ -100,6 +100,7 @@ pub async fn observe_topology(pool: &NodePool, positions: Vec<Position>) -> Topo
             view,
             refused,
             auth_refused,
+            error,
         }
     }))
     .await;

@@ -114,6 +114,8 @@ pub struct Member {
     pub refused: bool,
     /// The server refused the operator's credentials: its error reply.
     pub auth_refused: Option<String>,
+    /// Why the node could not be observed (a timeout, a refused connection, ...), when not.
+    pub error: Option<String>,
 }
 
 impl Member {

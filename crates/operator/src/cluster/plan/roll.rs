@@ -205,7 +205,7 @@ pub fn progress(nodes: &[ValkeyNode]) -> Option<String> {
     } else {
         format!(
             "rolling update: replacing {} ({waiting} more waiting)",
-            rolling.join(", ")
+            crate::status::text::list("nodes", &rolling)
         )
     })
 }
@@ -287,6 +287,7 @@ mod tests {
                 addr: format!("{ip}:6379").parse().expect("address"),
                 refused: false,
                 auth_refused: None,
+                error: None,
                 view: Some(view),
             }
         };
@@ -470,6 +471,7 @@ mod tests {
             addr: "10.0.0.5:6379".parse().unwrap(),
             refused: false,
             auth_refused: None,
+            error: None,
             view: Some(NodeView::from_nodes(ClusterNodes::parse(text).unwrap())),
         });
         let nodes = vec![vnode(2, 0, true, false)];

@@ -61,6 +61,11 @@ pub fn unreachable(n: u32, shard: i32, index: i32, refused: bool) -> Member {
         view: None,
         refused,
         auth_refused: None,
+        error: Some(if refused {
+            format!("connection to {} refused", addr(n))
+        } else {
+            format!("timeout talking to {}", addr(n))
+        }),
     }
 }
 
@@ -134,6 +139,7 @@ pub fn world(nodes: &[N], known: &[u32]) -> Topology {
                     addr: addr(x.n),
                     refused: false,
                     auth_refused: None,
+                    error: None,
                     view: Some(view),
                 }
             })

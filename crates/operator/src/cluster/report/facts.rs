@@ -91,6 +91,7 @@ pub fn derive(s: &Stages<'_>) -> Facts {
         acl_admin_warning: crate::render::acl::acl_admin_warning(spec),
         system_users_refused: observe::system_users_refused(&observed.topology),
         unready_pods: observe::unready(&observed.pods, crate::cluster::plan::layout(vc)),
+        unreachable_pods: observe::unreachable(&observed.topology, &observed.pods),
         shard_restart: crate::status::shard_restart::shard_restart(
             observed
                 .pods
@@ -176,7 +177,7 @@ fn progress(s: &Stages<'_>) -> Option<Progress> {
                     let d: Vec<String> = draining.iter().map(ToString::to_string).collect();
                     format!(
                         "draining shard(s) {}: {remaining} slots still move",
-                        d.join(", ")
+                        crate::status::text::list("shards", &d)
                     )
                 },
             )),
@@ -296,27 +297,29 @@ mod tests {
         }
     }
 
-    /// The facts of a first pass over an empty cluster, with what applying and the live pass
-    /// did.
-    fn first_pass(applied: &ApplyReport, live: &live::Summary) -> Facts {
-        let vc = cluster();
-        let observed = observed();
-        let gate = config_gate::gate(&vc, &[], false);
-        let desired = build::build(&vc, &observed, &BTreeMap::new(), &gate);
+    /// The plan and facts of a pass over `observed`, with what applying and the live pass did.
+    fn pass_over(
+        vc: &ValkeyCluster,
+        observed: &Observed,
+        applied: &ApplyReport,
+        live: &live::Summary,
+    ) -> (Plan, Facts) {
+        let gate = config_gate::gate(vc, &[], false);
+        let desired = build::build(vc, observed, &BTreeMap::new(), &gate);
         let plan = plan::plan(&plan::Input {
-            layout: plan::layout(&vc),
+            layout: plan::layout(vc),
             topology: &observed.topology,
             pod_ips: &observed.pod_ips,
             terminating: &observed.terminating,
             nodes: &observed.nodes,
             desired_nodes: &desired.nodes,
-            timing: plan::failover_timing(&vc),
+            timing: plan::failover_timing(vc),
             now: Timestamp::now(),
         });
-        derive(&Stages {
-            requested: &vc,
-            effective: &vc,
-            observed: &observed,
+        let facts = derive(&Stages {
+            requested: vc,
+            effective: vc,
+            observed,
             gate: &gate,
             desired: &desired,
             applied,
@@ -325,7 +328,14 @@ mod tests {
             live,
             tls: &TlsCheck::default(),
             now: Timestamp::now(),
-        })
+        });
+        (plan, facts)
+    }
+
+    /// The facts of a first pass over an empty cluster, with what applying and the live pass
+    /// did.
+    fn first_pass(applied: &ApplyReport, live: &live::Summary) -> Facts {
+        pass_over(&cluster(), &observed(), applied, live).1
     }
 
     #[test]
@@ -350,5 +360,185 @@ mod tests {
         let p = f.progress.expect("busy");
         assert_eq!(p.message, "waiting for 2 pods to see the new ACL file");
         assert!(f.apply_error.is_none() && f.step_failure.is_none());
+    }
+
+    /// A 1,000-shard cluster (2,000 pods) whose every pod is Ready for Kubernetes but
+    /// unreachable for the operator, in a rolling update, draining, with every shard restarted
+    /// and every step failing on every target: no condition or event message exceeds the API's
+    /// limits before any clamping, and each says how many it summarises.
+    #[tokio::test]
+    async fn the_messages_of_a_1000_shard_cluster_stay_within_the_api_limits() {
+        use std::net::SocketAddr;
+
+        use crate::cluster::operation::{self, Pass};
+        use crate::cluster::plan::{Step, Transfer};
+        use crate::cluster::steps::{Reporting, TargetError, each_target};
+        use crate::status::text::{CONDITION_MESSAGE_MAX, EVENT_NOTE_MAX};
+        use crate::status::{FailureKind, next_status, transition_events};
+        use valkey_api::labels;
+        use valkey_ops::{Member, Topology};
+
+        const SHARDS: i32 = 1000;
+        let mut vc = cluster();
+        vc.spec.shards = SHARDS;
+        let addr = |s: i32, i: i32| -> SocketAddr {
+            format!("10.{}.{}.{}:6379", s / 250, s % 250, i + 1)
+                .parse()
+                .unwrap()
+        };
+        let positions: Vec<(i32, i32)> = (0..SHARDS).flat_map(|s| [(s, 0), (s, 1)]).collect();
+        let mut observed = observed();
+        observed.pods = positions
+            .iter()
+            .map(|&(s, i)| {
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("c-{s}-{i}"), "labels": {
+                        labels::SHARD_INDEX: s.to_string(), labels::NODE_INDEX: i.to_string()}},
+                    "status": {"phase": "Running", "podIP": addr(s, i).ip().to_string(),
+                        "conditions": [{"type": "Ready", "status": "True"}]},
+                }))
+                .unwrap()
+            })
+            .collect();
+        observed.topology = Topology::new(
+            positions
+                .iter()
+                .map(|&(s, i)| Member {
+                    shard: s,
+                    index: i,
+                    pod: format!("c-{s}-{i}"),
+                    addr: addr(s, i),
+                    view: None,
+                    refused: false,
+                    auth_refused: None,
+                    error: Some(format!("timeout talking to {}", addr(s, i))),
+                })
+                .collect(),
+        );
+        let (plan, facts) = pass_over(
+            &vc,
+            &observed,
+            &ApplyReport::default(),
+            &live::Summary::default(),
+        );
+        assert_eq!(facts.unreachable_pods.len(), 2000);
+        let now = Time(Timestamp::now());
+        let status = next_status(None, &facts, plan.shards.clone(), Some(1), &now);
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.reason, "PodsUnreachable");
+        assert!(
+            ready
+                .message
+                .contains("2000 pods: c-0-0 (timeout talking to 10.0.0.1:6379)"),
+            "{}",
+            ready.message
+        );
+        let mut messages: Vec<(usize, String)> = status
+            .conditions
+            .iter()
+            .map(|c| (CONDITION_MESSAGE_MAX, c.message.clone()))
+            .collect();
+        messages.extend(
+            transition_events(None, &status)
+                .into_iter()
+                .map(|e| (EVENT_NOTE_MAX, e.note)),
+        );
+
+        // A step failing on every one of 1,000 targets: one Warning event, summarised.
+        let mut out = Outcome::default();
+        let targets: Vec<i32> = (0..SHARDS).collect();
+        each_target(
+            &mut out,
+            &Reporting {
+                action: "Replicate",
+                done: None,
+                failed: Some("ReplicaCreationFailed"),
+                failure: Some(FailureKind::NodeAddFailed),
+            },
+            &targets,
+            |s| async move {
+                Err(valkey_ops::commands::CommandError::Refused(format!(
+                    "shard {s} refuses"
+                )))
+            },
+            |s, e| TargetError {
+                event: format!("attaching c-{s}-1: {e}"),
+                failure: format!("attaching c-{s}-1: {e}"),
+            },
+            |done| done.join(", "),
+        )
+        .await;
+        assert_eq!(out.events.len(), 1);
+        assert!(out.events[0].note.starts_with("1000 failures: "));
+        messages.extend(out.events.into_iter().map(|e| (EVENT_NOTE_MAX, e.note)));
+        messages.extend(out.failure.map(|f| (CONDITION_MESSAGE_MAX, f.message)));
+
+        // Every node rolling, every shard draining into one, every shard restarted.
+        let nodes: Vec<ValkeyNode> = positions
+            .iter()
+            .map(|&(s, i)| {
+                let mut n: ValkeyNode = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("c-{s}-{i}"), "generation": 2,
+                        "annotations": {}},
+                    "spec": {"clusterName": "c", "shardIndex": s, "nodeIndex": i,
+                        "image": "valkey/valkey:9.0.0", "terminationGracePeriodSeconds": 30},
+                }))
+                .unwrap();
+                n.status = Some(valkey_api::ValkeyNodeStatus {
+                    applied_workload_revision: Some("old".into()),
+                    ..Default::default()
+                });
+                n
+            })
+            .collect();
+        let rolling = plan::roll::progress(&nodes).expect("rolling");
+        assert!(rolling.contains("2000 nodes: c-0-0, c-0-1,"), "{rolling}");
+        messages.push((CONDITION_MESSAGE_MAX, rolling));
+        let transfers: Vec<Transfer> = (1..SHARDS)
+            .map(|s| Transfer {
+                source: addr(s, 0),
+                source_shard: s,
+                target: addr(0, 0),
+                target_id: "0".repeat(40),
+                target_shard: 0,
+                ranges: vec![valkey_ops::SlotRange::new(16, 16).unwrap()],
+                draining: true,
+            })
+            .collect();
+        let step = Step::MigrateSlots {
+            transfers,
+            by_key: false,
+            others: Vec::new(),
+        };
+        let balance = Balance::Moving {
+            remaining: 16_000,
+            draining: (1..SHARDS).collect(),
+        };
+        let op = operation::operation(
+            Pass {
+                step: Some(&step),
+                balance: &balance,
+                moved: None,
+                now: &now,
+            },
+            None,
+        )
+        .expect("an operation");
+        let detail = op.detail.unwrap_or_default();
+        assert!(detail.contains("999 shards: 1, 2,"), "{detail}");
+        assert!(
+            detail.contains("999 transfers: 1 slots shard 1 -> 0,"),
+            "{detail}"
+        );
+        messages.push((CONDITION_MESSAGE_MAX, detail));
+
+        for (max, m) in &messages {
+            assert!(m.len() <= *max, "{} bytes > {max}: {}…", m.len(), &m[..200]);
+        }
+        assert!(messages.len() >= 8, "{}", messages.len());
     }
 }

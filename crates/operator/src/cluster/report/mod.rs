@@ -219,6 +219,7 @@ mod tests {
                 .expect("address"),
             refused: false,
             auth_refused: None,
+            error: None,
             view: Some(view),
         }
     }

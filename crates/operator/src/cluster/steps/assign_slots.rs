@@ -8,7 +8,7 @@ use valkey_ops::client::NodePool;
 use valkey_ops::commands;
 
 use super::{Outcome, Reporting, TargetError, each_target};
-use crate::status::{Activity, FailureKind, Progress};
+use crate::status::{Activity, FailureKind, Progress, text};
 
 const REPORTING: Reporting = Reporting {
     action: "AssignSlots",
@@ -32,7 +32,7 @@ pub async fn run(pool: &NodePool, assignments: &[(SocketAddr, i32, Vec<SlotRange
             event: format!("shard {shard} at {addr}: {e}"),
             failure: format!("assigning slots to shard {shard}: {e}"),
         },
-        |done| format!("assigned slots: {}", done.join(", ")),
+        |done| format!("assigned slots: {}", text::list("primaries", done)),
     )
     .await;
     out.progress = Some(Progress::new(

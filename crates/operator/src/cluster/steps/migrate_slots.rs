@@ -12,7 +12,7 @@ use valkey_ops::commands::{self, KeyMigrationOptions};
 
 use super::{Moved, Outcome};
 use crate::cluster::plan::Transfer;
-use crate::status::{Activity, EventSpec, FailureKind, Progress, StepFailure};
+use crate::status::{Activity, EventSpec, FailureKind, Progress, StepFailure, text};
 
 /// Longest wait for one slot-migration batch.
 const MIGRATION_TIMEOUT: Duration = Duration::from_secs(60);
@@ -107,7 +107,7 @@ pub async fn run(
         .collect();
     out.progress = Some(Progress::new(
         Activity::RebalancingSlots,
-        format!("moving slots: {}", routes.join(", ")),
+        format!("moving slots: {}", text::list("transfers", &routes)),
     ));
     out.moved = Some(moved);
     out

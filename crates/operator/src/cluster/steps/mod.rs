@@ -26,7 +26,7 @@ use valkey_ops::client::NodePool;
 use valkey_ops::commands::CommandError;
 
 use super::plan::Step;
-use crate::status::{EventSpec, FailureKind, Progress, StepFailure};
+use crate::status::{EventSpec, FailureKind, Progress, StepFailure, text};
 
 /// Outcome of a step.
 #[derive(Debug, Default)]
@@ -127,8 +127,9 @@ pub struct TargetError {
 /// The per-target loop of a step: calls `call` on each target in turn. A call returns the
 /// label of what it changed (joined into one Normal event, `done_message`), `None` when
 /// there was nothing to do, or an error: `NotReady` counts the target as waiting (logged);
-/// any other error is logged and, per `reporting`, gets a Warning event (`describe`) and
-/// fails the pass. Returns the number of waiting targets.
+/// any other error is logged and, per `reporting`, fails the pass and is told in the pass's
+/// one Warning event (`describe`; several failures are summarised in one event, so a large
+/// cluster does not flood its events). Returns the number of waiting targets.
 pub async fn each_target<'t, T, F, Fut>(
     out: &mut Outcome,
     reporting: &Reporting,
@@ -143,6 +144,7 @@ where
     Fut: Future<Output = Result<Option<String>, CommandError>> + 't,
 {
     let mut done = Vec::new();
+    let mut failed = Vec::new();
     let mut waiting = 0;
     for target in targets {
         match call(target).await {
@@ -154,15 +156,26 @@ where
             }
             Err(e) => {
                 warn!(action = reporting.action, ?target, error = %e, "step target failed");
-                let why = describe(target, &e);
-                if let Some(reason) = reporting.failed {
-                    out.events
-                        .push(EventSpec::warning(reason, reporting.action, why.event));
-                }
-                if let Some(kind) = reporting.failure {
-                    out.failure = Some(StepFailure::new(kind, why.failure));
-                }
+                failed.push(describe(target, &e));
             }
+        }
+    }
+    if let Some(first) = failed.first() {
+        let more = |one: &str| match failed.len() {
+            1 => one.to_owned(),
+            n => format!("{one} (and {} more failed)", n - 1),
+        };
+        if let Some(reason) = reporting.failed {
+            let events: Vec<&str> = failed.iter().map(|f| f.event.as_str()).collect();
+            let note = match events.len() {
+                1 => events[0].to_owned(),
+                _ => text::list("failures", &events),
+            };
+            out.events
+                .push(EventSpec::warning(reason, reporting.action, note));
+        }
+        if let Some(kind) = reporting.failure {
+            out.failure = Some(StepFailure::new(kind, more(&first.failure)));
         }
     }
     if !done.is_empty() {

@@ -8,7 +8,7 @@ use valkey_ops::client::NodePool;
 use valkey_ops::commands;
 
 use super::{Outcome, Reporting, TargetError, each_target};
-use crate::status::{Activity, FailureKind, Progress};
+use crate::status::{Activity, FailureKind, Progress, text};
 
 const REPORTING: Reporting = Reporting {
     action: "Replicate",
@@ -33,7 +33,7 @@ pub async fn run(pool: &NodePool, attachments: &[(SocketAddr, String, i32)]) -> 
             event: format!("{addr} as replica in shard {shard}: {e}"),
             failure: format!("attaching a replica to shard {shard}: {e}"),
         },
-        |attached| format!("attached replicas: {}", attached.join(", ")),
+        |attached| format!("attached replicas: {}", text::list("replicas", attached)),
     )
     .await;
     out.progress = Some(Progress::new(
