@@ -11,6 +11,9 @@
 //! saying Ready and names the pod it cannot reach (`PodsUnreachable`, with the timeout). The same is tried a second time from the state the first left (the primary of
 //! shard 0 now at node index 1).
 //!
+//! A third test freezes one cluster and kills a primary of another: the other fails over as
+//! fast as alone (the operator reconciles clusters concurrently, each pass bounded).
+//!
 //! A second test, two scenarios in one environment: a stale replica (its replication link down
 //! for 30 s) is not promoted when its primary dies, and the status says why; a primary that
 //! fails its readiness probe while its only replica is in a full sync is not rolled.
@@ -385,5 +388,75 @@ fn ensure_no_forced_failover(fx: &Fixture, what: &str) -> anyhow::Result<()> {
         !metrics.contains("kind=\"Failover\""),
         "the operator forced a failover {what}:\n{metrics}"
     );
+    Ok(())
+}
+
+/// Clusters do not wait for each other: every pod of cluster `slow` is frozen (each of its
+/// passes waits for timeouts) and the primary of cluster `fast`'s shard 0 is killed at the
+/// same moment. `fast` fails over and is Ready with its full topology as quickly as alone,
+/// with no acknowledged write lost; `slow` recovers once its pods run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operator_root_a_stuck_cluster_does_not_delay_anothers_failover() -> anyhow::Result<()> {
+    let Some(fx) = Fixture::start().await? else {
+        return Ok(());
+    };
+    let client = &fx.client;
+    let pw = "app-password-3";
+    let (slow, fast) = tokio::join!(
+        create_ready_cluster(client, "slow", pw, 3, 1),
+        create_ready_cluster(client, "fast", pw, 3, 1)
+    );
+    slow?;
+    fast?;
+    let faults = fx.faults()?;
+    let frozen: Vec<String> = pods_of(client, "slow")
+        .await?
+        .iter()
+        .map(kube::ResourceExt::name_any)
+        .collect();
+    let victim = live_primary_of_shard0(client, "fast", pw).await?;
+    let writer = Writer::start(client, "fast", pw, 1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for pod in &frozen {
+        faults.pause(NS, pod, "server")?;
+    }
+    let killed = Instant::now();
+    faults.kill_container(NS, &victim, "server")?;
+    eprintln!(
+        "froze the {} servers of cluster slow, killed the server of {victim} (fast, shard 0)",
+        frozen.len()
+    );
+    let result = async {
+        let writable = wait_writable(client, "fast", pw, Duration::from_secs(60)).await?;
+        let recovered =
+            wait_recovered(client, "fast", 3, 1, &[], killed, Duration::from_secs(60)).await?;
+        eprintln!(
+            "MEASURE while another cluster is frozen: writable again {:.1}s, Ready with the full topology {:.1}s after the kill",
+            writable.as_secs_f64(),
+            recovered.as_secs_f64()
+        );
+        ensure!(
+            recovered < Duration::from_secs(30),
+            "fast took {:.1}s to recover next to a frozen cluster",
+            recovered.as_secs_f64()
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    for pod in &frozen {
+        faults.resume(NS, pod, "server")?;
+    }
+    result?;
+    let (acked, gap) = writer
+        .stop_and_check(client, "fast", pw, "the kill")
+        .await?;
+    eprintln!(
+        "MEASURE next to a frozen cluster: {acked} acknowledged writes kept, longest gap {:.1}s",
+        gap.as_secs_f64()
+    );
+    check_topology(client, "fast", 3, 1, pw).await?;
+    wait_ready(client, "slow", 3, Duration::from_secs(120)).await?;
+    check_topology(client, "slow", 3, 1, pw).await?;
+    fx.stop().await;
     Ok(())
 }

@@ -6,6 +6,7 @@
 
 use std::fmt::Debug;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -379,20 +380,31 @@ pub async fn apply_all(
         report.deleted(Child::ConfigCheck, name, r);
     }
     let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), ns);
-    for node in &desired.nodes {
-        let name = node.name_any();
-        let r = apply(
-            &nodes,
-            node,
-            observed.node(&name),
-            Child::ValkeyNode.exact(),
-        )
+    let nodes = &nodes;
+    // Many at once (a bounded number in flight): a large cluster's nodes are created in a few
+    // round trips, not one per node.
+    let writes: Vec<_> = desired
+        .nodes
+        .iter()
+        .map(|node| async move {
+            let name = node.name_any();
+            let r = apply(nodes, node, observed.node(&name), Child::ValkeyNode.exact()).await;
+            (name, r)
+        })
+        .collect();
+    let results: Vec<_> = futures::stream::iter(writes)
+        .buffered(NODE_WRITES_IN_FLIGHT)
+        .collect()
         .await;
+    for (name, r) in results {
         report.record(Child::ValkeyNode, &name, r);
     }
     report.node_events();
     report
 }
+
+/// How many ValkeyNode writes are in flight at once.
+const NODE_WRITES_IN_FLIGHT: usize = 16;
 
 #[cfg(test)]
 mod tests {

@@ -4,14 +4,18 @@
 //!   `LiveConfigApplied` (absent when the node has no live setting); the rendered `valkey.conf`
 //!   carries the same values, so a restarted pod starts with them; a live key removed from
 //!   `spec.config` returns to Valkey's default (what a restarted pod would have);
-//! - the ACL file (users, passwords, permissions) loaded with `ACL LOAD` once the mounted
-//!   Secret shows the expected revision (on Valkey versions whose `ACL LOAD` crashes a replica,
-//!   applied user by user with `ACL SETUSER`/`ACL DELUSER` instead): `ACLApplied` (`PendingPropagation` until then);
+//! - the ACL file (users, passwords, permissions) loaded with `ACL LOAD` when the mounted Secret
+//!   shows the expected revision; while it does not yet (a kubelet refreshes a mounted Secret
+//!   up to a minute or so after it changed), and on Valkey versions whose `ACL LOAD` crashes a
+//!   replica, the operator's copy of the file is applied user by user with
+//!   `ACL SETUSER`/`ACL DELUSER` (the same lines, whose rules a server already accepted):
+//!   `ACLApplied` (`PendingPropagation` while neither worked);
 //! - the TLS certificate, key and CA bundle reloaded with `CONFIG SET tls-cert-file ...` (same
 //!   paths: the server re-reads the files) once the mounted Secret has the new files:
 //!   `TLSCertificateApplied`, verified by reading the certificate the pod serves from a TLS
 //!   handshake (`PendingPropagation` until the pod serves the Secret's certificate).
 
+use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Resource;
 use kube::ResourceExt;
@@ -264,6 +268,7 @@ async fn reload_tls(
 }
 
 /// What the live pass works from.
+#[derive(Clone, Copy)]
 pub struct Input<'a> {
     /// The ValkeyNodes as built this pass (their live settings and ACL revision).
     pub desired: &'a [ValkeyNode],
@@ -289,57 +294,91 @@ pub async fn apply_live(
     input: Input<'_>,
     now: &Time,
 ) -> Summary {
+    let w = Writer { api, shared, now };
+    let w = &w;
+    // Every node at once (a bounded number in flight): a pass over a large cluster costs a
+    // few round trips, not a few per node.
+    let passes: Vec<_> = input
+        .observed
+        .iter()
+        .map(|node| async move {
+            let mut summary = Summary::default();
+            live_node(pool, w, input, node, &mut summary).await;
+            summary
+        })
+        .collect();
+    let per_node: Vec<Summary> = futures::stream::iter(passes)
+        .buffered(LIVE_CONCURRENCY)
+        .collect()
+        .await;
+    let mut summary = Summary::default();
+    for s in per_node {
+        summary.acl_pending += s.acl_pending;
+        summary.tls_serving += s.tls_serving;
+        summary.tls_pending += s.tls_pending;
+        summary.events.extend(s.events);
+        summary.nodes.extend(s.nodes);
+    }
+    summary
+}
+
+/// How many nodes the live pass works on at once.
+const LIVE_CONCURRENCY: usize = 32;
+
+/// The live pass of one observed node, into `summary`.
+async fn live_node(
+    pool: &NodePool,
+    w: &Writer<'_>,
+    input: Input<'_>,
+    node: &ValkeyNode,
+    summary: &mut Summary,
+) {
     let Input {
         desired,
-        observed,
         topology,
         tls,
         acl_content,
+        ..
     } = input;
-    let mut summary = Summary::default();
-    for node in observed {
-        let Some(want) = desired.iter().find(|d| d.name_any() == node.name_any()) else {
-            summary.nodes.push(node.clone());
-            continue;
-        };
-        // Live keys set before: those of the spec as observed, and those recorded in status.
-        let mut previously: Vec<String> = node
-            .status
-            .as_ref()
-            .map(|s| s.live_config_keys.clone())
-            .unwrap_or_default();
-        previously.extend(
-            node.spec
-                .config
-                .live
-                .iter()
-                .flatten()
-                .map(|(k, _)| k.clone()),
-        );
-        let mut node = node.clone();
-        node.spec.config.live = want.spec.config.live.clone();
-        node.spec.acl_hash = want.spec.acl_hash.clone();
-        let addr = topology
-            .at(node.spec.shard_index, node.spec.node_index)
-            .filter(|m| m.view.is_some())
-            .map(|m| m.addr.to_string());
-        let addr = addr.as_deref();
+    let Some(want) = desired.iter().find(|d| d.name_any() == node.name_any()) else {
+        summary.nodes.push(node.clone());
+        return;
+    };
+    // Live keys set before: those of the spec as observed, and those recorded in status.
+    let mut previously: Vec<String> = node
+        .status
+        .as_ref()
+        .map(|s| s.live_config_keys.clone())
+        .unwrap_or_default();
+    previously.extend(
+        node.spec
+            .config
+            .live
+            .iter()
+            .flatten()
+            .map(|(k, _)| k.clone()),
+    );
+    let mut node = node.clone();
+    node.spec.config.live = want.spec.config.live.clone();
+    node.spec.acl_hash = want.spec.acl_hash.clone();
+    let addr = topology
+        .at(node.spec.shard_index, node.spec.node_index)
+        .filter(|m| m.view.is_some())
+        .map(|m| m.addr.to_string());
+    let addr = addr.as_deref();
 
-        let w = Writer { api, shared, now };
-        live_config(pool, &w, &mut node, want, &previously, addr).await;
-        let version = topology
-            .at(node.spec.shard_index, node.spec.node_index)
-            .and_then(|m| m.view.as_ref()?.version);
-        let acl = want.spec.acl_hash.as_deref().map(|revision| AclFile {
-            content: acl_content.unwrap_or_default(),
-            revision,
-        });
-        let (node_ref, acl) = (&mut node, acl.as_ref());
-        acl_file(pool, &w, node_ref, acl, addr, version, &mut summary).await;
-        tls_files(pool, &w, &mut node, tls, addr, &mut summary).await;
-        summary.nodes.push(node);
-    }
-    summary
+    live_config(pool, w, &mut node, want, &previously, addr).await;
+    let version = topology
+        .at(node.spec.shard_index, node.spec.node_index)
+        .and_then(|m| m.view.as_ref()?.version);
+    let acl = want.spec.acl_hash.as_deref().map(|revision| AclFile {
+        content: acl_content.unwrap_or_default(),
+        revision,
+    });
+    let (node_ref, acl) = (&mut node, acl.as_ref());
+    acl_file(pool, w, node_ref, acl, addr, version, summary).await;
+    tls_files(pool, w, &mut node, tls, addr, summary).await;
+    summary.nodes.push(node);
 }
 
 /// Where the live pass records what it did.
@@ -542,7 +581,8 @@ struct AclEffect {
 }
 
 /// Brings the server at `addr` (of `version`) to the ACL `file`: loads it when the server has
-/// another revision (`ACL LOAD`, or user by user where that is unsafe), and applies the
+/// another revision (`ACL LOAD`; user by user where that is unsafe or the mounted file is not
+/// refreshed yet), and applies the
 /// system users again when the server lists them otherwise than when they were last applied
 /// (`recorded`; `None` for a node not checked before, or a new server version, which are
 /// applied again silently).
@@ -558,7 +598,16 @@ async fn acl_in_effect(
         let loaded = if acl_load_unsafe(version) {
             acl_apply(pool, addr, file.content, file.revision).await?
         } else {
-            acl_load(pool, addr, file.revision).await?
+            match acl_load(pool, addr, file.revision).await {
+                // The mounted Secret is not refreshed yet: the same lines, user by user, so a
+                // new user can log in now rather than after the kubelet's refresh. A restart
+                // before the refresh loads the old file, and the next pass applies it again.
+                Err(CommandError::NotReady(why)) => {
+                    debug!(%addr, %why, "ACL file not refreshed yet: applying it user by user");
+                    acl_apply(pool, addr, file.content, file.revision).await?
+                }
+                loaded => loaded?,
+            }
         };
         debug!(%addr, ?loaded, "ACL revision in effect");
         let state = acl_state(pool, addr).await?;

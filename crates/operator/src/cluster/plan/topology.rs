@@ -59,8 +59,14 @@ pub(super) fn topology_step(
         });
     }
 
-    // 3. Assign unowned slots of the initial plan to the shard primaries.
-    let owned = topology.owned_slots();
+    // 3. Assign unowned slots of the initial plan to the shard primaries. A primary's own
+    //    line is authoritative for its slots: what it claims is owned before gossip tells the
+    //    seed (a large cluster would otherwise wait seconds for that between passes).
+    let owned = topology
+        .members()
+        .iter()
+        .filter_map(|m| m.me().filter(|me| me.is_primary()))
+        .fold(topology.owned_slots(), |acc, me| acc.union(&me.slot_set()));
     if owned.len() < usize::from(SLOT_COUNT) {
         let plan = usize::try_from(layout.shards)
             .ok()
