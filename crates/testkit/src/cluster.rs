@@ -150,7 +150,7 @@ pub async fn join_nodes(pool: &NodePool, seed: &str, nodes: &[String]) {
 /// Makes `replica` follow `primary_id`, retrying while the id is not gossiped yet.
 pub async fn attach_replica(pool: &NodePool, replica: &str, primary_id: &str) {
     eventually("replicate", Duration::from_secs(20), || async {
-        match commands::replicate(pool, replica, primary_id).await {
+        match commands::replicate(pool, replica, primary_id, None).await {
             Ok(_) => Some(()),
             Err(commands::CommandError::NotReady(_)) => None,
             Err(e) => panic!("replicate {replica}: {e}"),

@@ -118,6 +118,9 @@ pub async fn meet_again(pool: &NodePool, seed_addr: &str, addr: SocketAddr) -> R
     exec(pool, seed_addr, &cmd).await
 }
 
+/// How long [`replicate`] waits for the handshake of a replica it introduced to its primary.
+const HANDSHAKE_WAIT: Duration = Duration::from_secs(2);
+
 /// Waits until the node at `addr` knows the node `id` (after MEET gossip).
 pub async fn wait_known(pool: &NodePool, addr: &str, id: &str, timeout: Duration) -> Result<()> {
     poll_until(
@@ -166,11 +169,28 @@ pub async fn add_slots_range(pool: &NodePool, addr: &str, ranges: &[SlotRange]) 
 }
 
 /// Makes the node at `replica_addr` a replica of `primary_id` (`CLUSTER REPLICATE`).
-/// No-op if it already is. [`CommandError::NotReady`] if the node does not know the
-/// primary yet, or does not see it as a primary yet; refused if the node is a primary that
-/// owns slots.
-pub async fn replicate(pool: &NodePool, replica_addr: &str, primary_id: &str) -> Result<bool> {
-    let nodes = cluster_nodes(pool, replica_addr).await?;
+/// No-op if it already is. A node that does not know the primary yet is introduced to it at
+/// `primary_addr` (`CLUSTER MEET`, then a short wait for the handshake) instead of waiting for
+/// gossip, which takes seconds in a large cluster. [`CommandError::NotReady`] if the node
+/// still does not know the primary, or does not see it as a primary yet; refused if the node
+/// is a primary that owns slots.
+pub async fn replicate(
+    pool: &NodePool,
+    replica_addr: &str,
+    primary_id: &str,
+    primary_addr: Option<SocketAddr>,
+) -> Result<bool> {
+    let mut nodes = cluster_nodes(pool, replica_addr).await?;
+    if let Some(primary) = primary_addr.filter(|_| nodes.get(primary_id).is_none()) {
+        // A refusal (a handshake with that address already under way) changes nothing.
+        let _ = meet_again(pool, replica_addr, primary).await;
+        if wait_known(pool, replica_addr, primary_id, HANDSHAKE_WAIT)
+            .await
+            .is_ok()
+        {
+            nodes = cluster_nodes(pool, replica_addr).await?;
+        }
+    }
     let me = nodes
         .myself()
         .ok_or_else(|| CommandError::Failed(format!("{replica_addr}: no myself")))?;

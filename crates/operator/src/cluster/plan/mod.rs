@@ -58,8 +58,8 @@ pub enum Step {
     },
     /// Attach nodes as replicas of their shard's live primary.
     Replicate {
-        /// (replica address, primary node id, shard index).
-        attachments: Vec<(SocketAddr, String, i32)>,
+        /// (replica address, primary node id, shard index, primary address).
+        attachments: Vec<(SocketAddr, String, i32, SocketAddr)>,
     },
     /// Move slots between shard primaries: one batch of the minimal-move plan, whose
     /// transfers are independent (distinct sources and targets) and run concurrently.

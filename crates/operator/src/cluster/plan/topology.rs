@@ -96,7 +96,7 @@ pub(super) fn topology_step(
         let Some(pid) = p.id() else { continue };
         for m in topology.shard(shard).filter(|m| m.addr != p.addr) {
             if m.me().is_some() && !m.replicates(pid) && !m.owns_slots() {
-                attachments.push((m.addr, pid.to_owned(), shard));
+                attachments.push((m.addr, pid.to_owned(), shard, p.addr));
             }
         }
     }
@@ -226,9 +226,9 @@ mod tests {
             step,
             Step::Replicate {
                 attachments: vec![
-                    (addr(2), id(1), 0),
-                    (addr(4), id(3), 1),
-                    (addr(6), id(5), 2),
+                    (addr(2), id(1), 0, addr(1)),
+                    (addr(4), id(3), 1, addr(3)),
+                    (addr(6), id(5), 2, addr(5)),
                 ]
             }
         );
@@ -258,7 +258,7 @@ mod tests {
         assert_eq!(
             next_step(D31, &m, None, FailoverTiming::default()),
             Some(Step::Replicate {
-                attachments: vec![(addr(7), id(2), 0)]
+                attachments: vec![(addr(7), id(2), 0, addr(2))]
             })
         );
     }

@@ -19,6 +19,8 @@ mod retire;
 
 use std::future::Future;
 
+use futures::StreamExt;
+
 use kube::Api;
 use tracing::{info, warn};
 use valkey_api::ValkeyNode;
@@ -104,6 +106,9 @@ pub async fn execute(actor: &Actor<'_>, step: &Step) -> Outcome {
     }
 }
 
+/// How many targets of a step are called at once.
+pub const TARGETS_IN_FLIGHT: usize = 16;
+
 /// How a step built on [`each_target`] reports.
 pub struct Reporting {
     /// The events' action.
@@ -124,7 +129,9 @@ pub struct TargetError {
     pub failure: String,
 }
 
-/// The per-target loop of a step: calls `call` on each target in turn. A call returns the
+/// The per-target loop of a step: calls `call` on every target, a bounded number at once
+/// ([`TARGETS_IN_FLIGHT`]; the targets of a step are independent), and reads the results in
+/// the targets' order. A call returns the
 /// label of what it changed (joined into one Normal event, `done_message`), `None` when
 /// there was nothing to do, or an error: `NotReady` counts the target as waiting (logged);
 /// any other error is logged and, per `reporting`, fails the pass and is told in the pass's
@@ -146,8 +153,13 @@ where
     let mut done = Vec::new();
     let mut failed = Vec::new();
     let mut waiting = 0;
-    for target in targets {
-        match call(target).await {
+    let calls: Vec<_> = targets.iter().map(&call).collect();
+    let results: Vec<_> = futures::stream::iter(calls)
+        .buffered(TARGETS_IN_FLIGHT)
+        .collect()
+        .await;
+    for (target, result) in targets.iter().zip(results) {
+        match result {
             Ok(Some(label)) => done.push(label),
             Ok(None) => {}
             Err(CommandError::NotReady(m)) => {

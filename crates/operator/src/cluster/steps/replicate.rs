@@ -17,19 +17,24 @@ const REPORTING: Reporting = Reporting {
     failure: Some(FailureKind::NodeAddFailed),
 };
 
-/// Attaches each (replica address, primary node id, shard); a replica that does not know its
-/// primary yet (gossip) waits.
-pub async fn run(pool: &NodePool, attachments: &[(SocketAddr, String, i32)]) -> Outcome {
+/// Attaches each (replica address, primary node id, shard, primary address); a replica that
+/// does not know its primary yet is introduced to it directly (`CLUSTER MEET`) rather than
+/// left to wait for gossip.
+pub async fn run(
+    pool: &NodePool,
+    attachments: &[(SocketAddr, String, i32, SocketAddr)],
+) -> Outcome {
     let mut out = Outcome::default();
     let waiting = each_target(
         &mut out,
         &REPORTING,
         attachments,
-        |(addr, primary, shard)| async move {
-            let attached = commands::replicate(pool, &addr.to_string(), primary).await?;
+        |(addr, primary, shard, primary_addr)| async move {
+            let attached =
+                commands::replicate(pool, &addr.to_string(), primary, Some(*primary_addr)).await?;
             Ok(attached.then(|| format!("{addr} → shard {shard}")))
         },
-        |(addr, _, shard), e| TargetError {
+        |(addr, _, shard, _), e| TargetError {
             event: format!("{addr} as replica in shard {shard}: {e}"),
             failure: format!("attaching a replica to shard {shard}: {e}"),
         },
