@@ -188,6 +188,24 @@ async fn check_even(client: &Client, name: &str, shards: i32, pw: &str) -> anyho
     Ok(())
 }
 
+/// The cluster's events whose reason starts with `Failover` (a primary changed during a
+/// phase that should move none).
+async fn failover_events(client: &Client, name: &str) -> anyhow::Result<usize> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), NS);
+    Ok(events
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter(|e| {
+            e.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("Failover"))
+        })
+        .count())
+}
+
 /// Deletes the cluster and waits for its pods to be gone.
 async fn delete(client: &Client, name: &str) -> anyhow::Result<()> {
     Api::<ValkeyCluster>::namespaced(client.clone(), NS)
@@ -270,9 +288,10 @@ async fn shard_count(op: &Operator, client: &Client, n: i32, a: &Args) -> anyhow
         ensure!(bad == 0, "{bad} of {} loaded keys lost", a.keys);
     }
     let note = format!(
-        "{} keys; writer: {acked} acknowledged, 0 lost, longest gap {:.2}s",
+        "{} keys; writer: {acked} acknowledged, 0 lost, longest gap {:.2}s; {} failover events",
         a.keys,
-        gap.as_secs_f64()
+        gap.as_secs_f64(),
+        failover_events(client, &name).await?
     );
     record(
         &mut rows,
