@@ -35,7 +35,7 @@ use shards::{TopologyFacts, analyze};
 
 /// One bounded step; its kind (for logs, metrics and `status.operation`) is the variant's
 /// name ([`Step::kind`]).
-#[derive(Clone, Debug, PartialEq, strum::IntoStaticStr)]
+#[derive(Clone, Debug, PartialEq, strum::IntoStaticStr, strum::VariantNames)]
 pub enum Step {
     /// Introduce isolated nodes to the cluster through the seed.
     Meet {
@@ -157,6 +157,11 @@ impl Step {
     /// Short CamelCase name (for logs, metrics and `status.operation`): the variant's name.
     pub fn kind(&self) -> &'static str {
         self.into()
+    }
+
+    /// Every step's kind.
+    pub fn kinds() -> &'static [&'static str] {
+        <Self as strum::VariantNames>::VARIANTS
     }
 }
 
