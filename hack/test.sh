@@ -31,7 +31,21 @@ phase "clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 phase "tests"
-cargo test --workspace --locked --no-fail-fast
+# The output is kept so that a failure's reasons can be repeated at the end, where a
+# truncated CI log still shows them.
+test_log=$(mktemp)
+trap 'rm -f "$test_log"' EXIT
+set +e
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$test_log"
+test_rc=${PIPESTATUS[0]}
+set -e
+if [ "$test_rc" -ne 0 ]; then
+  echo "=== failure digest: the lines that say why, repeated from above" >&2
+  grep -E -A 12 '^(FAILED |Error: |thread .* panicked at)' "$test_log" \
+    | grep -v -E '^\[[^]]+ [+0-9.]+s\] ' | head -n 300 >&2
+  grep -E '^test .* FAILED$|^error: ' "$test_log" >&2
+  exit "$test_rc"
+fi
 
 phase ""
 echo "=== total $(( $(date +%s) - T0 ))s" >&2
