@@ -1,6 +1,7 @@
 //! The `valkey-operator` library: pure renderers of the Kubernetes objects and the controllers.
 
 pub mod backoff;
+pub mod bounded;
 pub mod cluster;
 pub mod context;
 pub mod crds;

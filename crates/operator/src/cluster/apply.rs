@@ -6,7 +6,7 @@
 
 use std::fmt::Debug;
 
-use futures::StreamExt;
+use crate::bounded::map_in_order;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -383,19 +383,12 @@ pub async fn apply_all(
     let nodes = &nodes;
     // Many at once (a bounded number in flight): a large cluster's nodes are created in a few
     // round trips, not one per node.
-    let writes: Vec<_> = desired
-        .nodes
-        .iter()
-        .map(|node| async move {
-            let name = node.name_any();
-            let r = apply(nodes, node, observed.node(&name), Child::ValkeyNode.exact()).await;
-            (name, r)
-        })
-        .collect();
-    let results: Vec<_> = futures::stream::iter(writes)
-        .buffered(NODE_WRITES_IN_FLIGHT)
-        .collect()
-        .await;
+    let results = map_in_order(&desired.nodes, NODE_WRITES_IN_FLIGHT, |node| async move {
+        let name = node.name_any();
+        let r = apply(nodes, node, observed.node(&name), Child::ValkeyNode.exact()).await;
+        (name, r)
+    })
+    .await;
     for (name, r) in results {
         report.record(Child::ValkeyNode, &name, r);
     }

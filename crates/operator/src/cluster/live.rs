@@ -12,7 +12,7 @@
 //!   `TLSCertificateApplied`, verified by reading the certificate the pod serves from a TLS
 //!   handshake (`PendingPropagation` until the pod serves the Secret's certificate).
 
-use futures::StreamExt;
+use crate::bounded::map_in_order;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Resource;
 use kube::ResourceExt;
@@ -295,19 +295,12 @@ pub async fn apply_live(
     let w = &w;
     // Every node at once (a bounded number in flight): a pass over a large cluster costs a
     // few round trips, not a few per node.
-    let passes: Vec<_> = input
-        .observed
-        .iter()
-        .map(|node| async move {
-            let mut summary = Summary::default();
-            live_node(pool, w, input, node, &mut summary).await;
-            summary
-        })
-        .collect();
-    let per_node: Vec<Summary> = futures::stream::iter(passes)
-        .buffered(LIVE_CONCURRENCY)
-        .collect()
-        .await;
+    let per_node = map_in_order(input.observed, LIVE_CONCURRENCY, |node| async move {
+        let mut summary = Summary::default();
+        live_node(pool, w, input, node, &mut summary).await;
+        summary
+    })
+    .await;
     let mut summary = Summary::default();
     for s in per_node {
         summary.acl_pending += s.acl_pending;

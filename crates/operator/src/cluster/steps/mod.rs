@@ -19,8 +19,6 @@ mod retire;
 
 use std::future::Future;
 
-use futures::StreamExt;
-
 use kube::Api;
 use tracing::{info, warn};
 use valkey_api::ValkeyNode;
@@ -28,6 +26,7 @@ use valkey_ops::client::NodePool;
 use valkey_ops::commands::CommandError;
 
 use super::plan::Step;
+use crate::bounded::map_in_order;
 use crate::status::{EventSpec, FailureKind, Progress, StepFailure, text};
 
 /// Outcome of a step.
@@ -153,11 +152,7 @@ where
     let mut done = Vec::new();
     let mut failed = Vec::new();
     let mut waiting = 0;
-    let calls: Vec<_> = targets.iter().map(&call).collect();
-    let results: Vec<_> = futures::stream::iter(calls)
-        .buffered(TARGETS_IN_FLIGHT)
-        .collect()
-        .await;
+    let results = map_in_order(targets, TARGETS_IN_FLIGHT, &call).await;
     for (target, result) in targets.iter().zip(results) {
         match result {
             Ok(Some(label)) => done.push(label),
