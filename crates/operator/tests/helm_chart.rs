@@ -750,7 +750,7 @@ fn operator_samples() -> Samples {
     m.failed("valkeycluster", "observe");
     m.set_leader(true);
     m.migrated(1, Some(1), Duration::from_millis(5));
-    let step_kinds: Vec<&str> = valkey_operator::cluster::plan::Step::kinds().to_vec();
+    let step_kinds: Vec<&str> = valkey_operator::cluster::steps::Step::kinds().to_vec();
     assert!(
         step_kinds.contains(&"Failover"),
         "step kinds {step_kinds:?}"

@@ -7,7 +7,8 @@
 use std::time::{Duration, Instant};
 
 use valkey_operator::cluster::plan::shards::analyze;
-use valkey_operator::cluster::plan::{self, FailoverTiming, Step};
+use valkey_operator::cluster::plan::{self, FailoverTiming};
+use valkey_operator::cluster::steps::Step;
 use valkey_operator::cluster::steps::{self, Actor};
 use valkey_ops::client::NodePool;
 use valkey_ops::commands::{Position, observe_topology};

@@ -196,7 +196,7 @@ async fn act(
     ctx: &Context,
     pool: &NodePool,
     nodes: &Api<ValkeyNode>,
-    step: Option<&plan::Step>,
+    step: Option<&steps::Step>,
 ) -> steps::Outcome {
     let Some(step) = step else {
         return steps::Outcome::default();

@@ -5,8 +5,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use valkey_api::status::OperationStatus;
 
-use super::plan::{Balance, Step};
-use super::steps::Moved;
+use super::plan::Balance;
+use super::steps::{Moved, OperationView, Step};
 use crate::status::text;
 
 /// What the operation of a pass is derived from.
@@ -26,20 +26,14 @@ pub struct Pass<'a> {
 /// until the slots are balanced, over many passes: its start time and counters are carried
 /// from `previous`.
 pub fn operation(pass: Pass<'_>, previous: Option<&OperationStatus>) -> Option<OperationStatus> {
-    if let Some(Step::Failover {
-        replica,
-        shard,
-        failed,
-        mode,
-    }) = pass.step
-    {
+    let view = pass.step.and_then(Step::operation_view);
+    if let (Some(step), Some(OperationView::Own { shard, detail })) = (pass.step, &view) {
+        let kind = step.kind();
         return Some(OperationStatus {
-            kind: "Failover".into(),
-            started_at: started(previous, "Failover", pass.now),
+            kind: kind.into(),
+            started_at: started(previous, kind, pass.now),
             shard_index: Some(*shard),
-            detail: Some(format!(
-                "promoting {replica} ({mode:?}) in place of failed primary {failed}"
-            )),
+            detail: Some(detail.clone()),
             slots_total: None,
             slots_moved: None,
             keys_moved: None,
@@ -71,18 +65,8 @@ pub fn operation(pass: Pass<'_>, previous: Option<&OperationStatus>) -> Option<O
         .unwrap_or(0);
     let eta_seconds = (slots_moved > 0 && elapsed > 0)
         .then(|| i64::from(left) * elapsed / i64::from(slots_moved));
-    let routes = match pass.step {
-        Some(Step::MigrateSlots { transfers, .. }) => transfers
-            .iter()
-            .map(|t| {
-                format!(
-                    "{} slots shard {} -> {}",
-                    t.slot_count(),
-                    t.source_shard,
-                    t.target_shard
-                )
-            })
-            .collect::<Vec<_>>(),
+    let routes = match view {
+        Some(OperationView::Batch { routes }) => routes,
         _ => Vec::new(),
     };
     let routes = if routes.is_empty() {
@@ -119,7 +103,7 @@ fn started(previous: Option<&OperationStatus>, kind: &str, now: &Time) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::plan::Transfer;
+    use crate::cluster::steps::{self, Transfer};
     use k8s_openapi::jiff::Timestamp;
     use valkey_ops::SlotRange;
     use valkey_ops::commands::FailoverMode;
@@ -129,7 +113,7 @@ mod tests {
     }
 
     fn migrate(source: i32, target: i32) -> Step {
-        Step::MigrateSlots {
+        Step::MigrateSlots(steps::MigrateSlots {
             transfers: vec![Transfer {
                 source: "10.0.0.1:6379".parse().unwrap(),
                 source_shard: source,
@@ -141,7 +125,7 @@ mod tests {
             }],
             by_key: false,
             others: vec![],
-        }
+        })
     }
 
     fn moving(remaining: usize, draining: Vec<i32>) -> Balance {
@@ -207,12 +191,12 @@ mod tests {
 
     #[test]
     fn failover_names_its_shard() {
-        let step = Step::Failover {
+        let step = Step::Failover(steps::Failover {
             replica: "10.0.0.2:6379".parse().unwrap(),
             shard: 1,
             failed: "abc".into(),
             mode: FailoverMode::Takeover,
-        };
+        });
         let now = at(5);
         let pass = Pass {
             step: Some(&step),

@@ -109,14 +109,35 @@ mod tests {
         out.status.success()
     }
 
-    #[test]
-    fn probes_against_a_real_server() {
+    /// Writes the ACL file of the system users (exporter password `pw`) into `dir`.
+    fn write_system_users(dir: &std::path::Path) {
+        let system = crate::render::secrets::SystemPasswords {
+            operator: "op".into(),
+            replication: "rep".into(),
+            exporter: "pw".into(),
+        };
+        let rules =
+            valkey_ops::commands::acl::system_acl_rules(&system.as_system_users(), 8).join("\n");
+        std::fs::write(dir.join("users.acl"), format!("{rules}\n")).unwrap();
+    }
+
+    /// Debian's Valkey 8.0 (the TLS build) and its `valkey-cli`, which the probe scripts call;
+    /// `None` (the test is skipped, and says why) when either is missing.
+    fn valkey8_and_cli() -> Option<std::path::PathBuf> {
         if !std::path::Path::new("/usr/bin/valkey-cli").exists() {
             eprintln!("skipped: valkey-cli not installed");
-            return;
+            return None;
         }
-        let Some(bin) = valkey_testkit::Flavor::V8.installed() else {
-            eprintln!("skipped: valkey-server 8 not installed");
+        let bin = valkey_testkit::Flavor::V8.installed();
+        if bin.is_none() {
+            eprintln!("skipped: valkey-server 8 (TLS build) not installed");
+        }
+        bin
+    }
+
+    #[test]
+    fn probes_against_a_real_server() {
+        let Some(bin) = valkey8_and_cli() else {
             return;
         };
         let dir = tempfile::tempdir().unwrap();
@@ -127,14 +148,7 @@ mod tests {
         assert!(!run_script(&readiness_script(false), d, port));
         assert!(!run_script(&liveness_script(false), d, port));
 
-        let system = crate::render::secrets::SystemPasswords {
-            operator: "op".into(),
-            replication: "rep".into(),
-            exporter: "pw".into(),
-        };
-        let rules =
-            valkey_ops::commands::acl::system_acl_rules(&system.as_system_users(), 8).join("\n");
-        std::fs::write(d.join("users.acl"), format!("{rules}\n")).unwrap();
+        write_system_users(d);
         let conf = d.join("valkey.conf");
         std::fs::write(
             &conf,
@@ -175,12 +189,7 @@ mod tests {
 
     #[test]
     fn tls_config_and_probes_against_a_real_server() {
-        if !std::path::Path::new("/usr/bin/valkey-cli").exists() {
-            eprintln!("skipped: valkey-cli not installed");
-            return;
-        }
-        let Some(bin) = valkey_testkit::Flavor::V8.installed() else {
-            eprintln!("skipped: valkey-server 8 (TLS build) not installed");
+        let Some(bin) = valkey8_and_cli() else {
             return;
         };
         let spec: valkey_api::ValkeyClusterSpec = serde_json::from_value(serde_json::json!({
@@ -199,14 +208,7 @@ mod tests {
         .replace(TLS_DIR, &d.display().to_string());
         assert!(conf.contains(&format!("tls-port {port}")));
         write_certs(d);
-        let system = crate::render::secrets::SystemPasswords {
-            operator: "op".into(),
-            replication: "rep".into(),
-            exporter: "pw".into(),
-        };
-        let rules =
-            valkey_ops::commands::acl::system_acl_rules(&system.as_system_users(), 8).join("\n");
-        std::fs::write(d.join("users.acl"), format!("{rules}\n")).unwrap();
+        write_system_users(d);
         std::fs::write(d.join(EXPORTER_PASSWORD_KEY), "pw").unwrap();
         let path = d.join("valkey.conf");
         std::fs::write(&path, conf).unwrap();

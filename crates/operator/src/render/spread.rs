@@ -169,6 +169,12 @@ pub fn node_scheduling(
 mod tests {
     use super::*;
 
+    fn match_labels(
+        selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    ) -> &std::collections::BTreeMap<String, String> {
+        selector.unwrap().match_labels.as_ref().unwrap()
+    }
+
     fn sched(json: serde_json::Value) -> SchedulingSpec {
         serde_json::from_value(json).unwrap()
     }
@@ -202,13 +208,7 @@ mod tests {
             .unwrap();
         assert_eq!(req.len(), 1);
         assert_eq!(req[0].topology_key, "kubernetes.io/hostname");
-        let ml = req[0]
-            .label_selector
-            .as_ref()
-            .unwrap()
-            .match_labels
-            .as_ref()
-            .unwrap();
+        let ml = match_labels(req[0].label_selector.as_ref());
         assert_eq!(ml["valkey.io/cluster"], "c");
         assert_eq!(ml["valkey.io/shard-index"], "2");
         assert!(!ml.contains_key("valkey.io/node-index"));
@@ -266,13 +266,7 @@ mod tests {
         assert_eq!(r.len(), 1);
         assert_eq!(p[0].when_unsatisfiable, "DoNotSchedule");
         assert_eq!(p[0].topology_key, "kubernetes.io/hostname");
-        let ml = p[0]
-            .label_selector
-            .as_ref()
-            .unwrap()
-            .match_labels
-            .as_ref()
-            .unwrap();
+        let ml = match_labels(p[0].label_selector.as_ref());
         assert_eq!(ml["valkey.io/node-index"], "0");
         assert_eq!(r[0].when_unsatisfiable, "ScheduleAnyway");
         assert_eq!(

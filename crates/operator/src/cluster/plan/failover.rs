@@ -40,7 +40,7 @@ use valkey_ops::commands::FailoverMode;
 use valkey_ops::model::ClusterNode;
 use valkey_ops::{Layout, Member, NodeView, Topology};
 
-use super::Step;
+use crate::cluster::steps::{self, Step};
 
 /// Start of the ClusterFormed message of a shard whose failover is stuck (it also marks the
 /// transition that emits `FailoverFailed`).
@@ -281,12 +281,12 @@ pub fn failover_decision(
         };
         match best {
             Some((m, ..)) if decision.step.is_none() => {
-                decision.step = Some(Step::Failover {
+                decision.step = Some(Step::Failover(steps::Failover {
                     replica: m.addr,
                     shard,
                     failed: failed.id.clone(),
                     mode,
-                });
+                }));
             }
             Some(_) => {}
             None => decision.waits.extend(unpromotable.map(wait)),
@@ -327,12 +327,12 @@ mod tests {
         // Node 3 has the highest replication offset in the test world.
         assert_eq!(
             next_step(d, &m, None, FailoverTiming::default()),
-            Some(Step::Failover {
+            Some(Step::Failover(steps::Failover {
                 replica: addr(3),
                 shard: 0,
                 failed: id(1),
                 mode: FailoverMode::Takeover,
-            })
+            }))
         );
         // Once a replica owns the slots, the shard is left to the usual steps.
         n[2].primary_of = None;
@@ -341,7 +341,7 @@ mod tests {
         let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
         assert!(!matches!(
             next_step(d, &m, None, FailoverTiming::default()),
-            Some(Step::Failover { .. })
+            Some(Step::Failover(steps::Failover { .. }))
         ));
     }
 
@@ -413,10 +413,10 @@ mod tests {
                 Some(&ips(1, 6)),
                 FailoverTiming::default()
             ),
-            Some(Step::Failover {
+            Some(Step::Failover(steps::Failover {
                 mode: FailoverMode::Force,
                 ..
-            })
+            }))
         ));
         // Connected, not suspected yet, but a ping unanswered for 4 s (over half the 5 s
         // cluster-node-timeout, by node 3's clock): no live link either. 1 s is.
@@ -570,7 +570,7 @@ mod tests {
         let t = Topology::new(m);
         let step = failover_step(d, &t, Some(&ips(1, 6)), FailoverTiming::default());
         assert!(
-            matches!(step, Some(Step::Failover { replica, mode: FailoverMode::Takeover, .. }) if replica == addr(2)),
+            matches!(step, Some(Step::Failover(steps::Failover { replica, mode: FailoverMode::Takeover, .. })) if replica == addr(2)),
             "{step:?}"
         );
     }
@@ -613,12 +613,12 @@ mod tests {
         let m = Topology::new(primary_unreachable(&formed31()));
         assert_eq!(
             next_step(D31, &m, Some(&ips(1, 6)), FailoverTiming::default()),
-            Some(Step::Failover {
+            Some(Step::Failover(steps::Failover {
                 replica: addr(2),
                 shard: 0,
                 failed: id(1),
                 mode: FailoverMode::Force,
-            })
+            }))
         );
         // Its pod still exists (a restart, a terminating pod handing over): wait.
         assert_eq!(
@@ -651,12 +651,12 @@ mod tests {
         let m = Topology::new(primary_unreachable(&n));
         assert_eq!(
             next_step(d, &m, Some(&ips(1, 4)), FailoverTiming::default()),
-            Some(Step::Failover {
+            Some(Step::Failover(steps::Failover {
                 replica: addr(2),
                 shard: 0,
                 failed: id(1),
                 mode: FailoverMode::Takeover,
-            })
+            }))
         );
         assert_eq!(
             next_step(d, &m, Some(&ips(0, 4)), FailoverTiming::default()),
@@ -677,10 +677,10 @@ mod tests {
                 Some(&all),
                 FailoverTiming::default()
             ),
-            Some(Step::Failover {
+            Some(Step::Failover(steps::Failover {
                 mode: FailoverMode::Force,
                 ..
-            })
+            }))
         ));
         // Unreachable but not refusing (a timeout, a partition): wait for Valkey.
         for x in m.iter_mut().filter(|x| x.addr == addr(1)) {
@@ -856,7 +856,7 @@ mod tests {
         fn forced_failovers_only_replace_dead_primaries(c in case()) {
             let (t, pods) = c.observe();
             let pods = c.pods_known.then_some(&pods);
-            if let Some(Step::Failover { shard, mode, failed, .. }) =
+            if let Some(Step::Failover(steps::Failover { shard, mode, failed, .. })) =
                 failover_step(D31, &t, pods, FailoverTiming::default())
             {
                 let s = usize::try_from(shard).expect("shard");
@@ -885,14 +885,14 @@ mod tests {
                 c.pods_known.then_some(&pods),
                 FailoverTiming::default(),
             ) {
-                Some(Step::Failover {
+                Some(Step::Failover(steps::Failover {
                     mode: FailoverMode::Force,
                     ..
-                }) => force += 1,
-                Some(Step::Failover {
+                })) => force += 1,
+                Some(Step::Failover(steps::Failover {
                     mode: FailoverMode::Takeover,
                     ..
-                }) => takeover += 1,
+                })) => takeover += 1,
                 _ => {}
             }
         }

@@ -18,7 +18,7 @@ use std::net::IpAddr;
 
 use valkey_ops::Topology;
 
-use super::Step;
+use crate::cluster::steps::{self, Step};
 
 /// The hand-over step for the first shard (in shard order) whose primary's pod is
 /// terminating and has a synced replica, or `None`. `topology`: the members inside the layout;
@@ -45,11 +45,11 @@ pub fn terminating_primary(
         .collect();
     primaries.into_iter().find_map(|(shard, pid, pod)| {
         let replica = topology.best_replica_of(shard, pid)?;
-        Some(Step::HandOver {
+        Some(Step::HandOver(steps::HandOver {
             replica: replica.addr,
             shard,
             primary: format!("pod {pod}"),
-        })
+        }))
     })
 }
 
@@ -77,21 +77,21 @@ mod tests {
         let t = without(&world(&formed31(), &[1, 2, 3, 4, 5, 6]), 3);
         assert_eq!(
             terminating_primary(&t, &terminating(3)),
-            Some(Step::HandOver {
+            Some(Step::HandOver(steps::HandOver {
                 replica: addr(4),
                 shard: 1,
                 primary: "pod pod-of-3".into(),
-            })
+            }))
         );
         // After a failover moved shard 0's primary to index 1: that node's pod.
         let t = without(&world(&failed_over31(), &[1, 2, 3, 4, 5, 6]), 2);
         assert_eq!(
             terminating_primary(&t, &terminating(2)),
-            Some(Step::HandOver {
+            Some(Step::HandOver(steps::HandOver {
                 replica: addr(1),
                 shard: 0,
                 primary: "pod pod-of-2".into(),
-            })
+            }))
         );
     }
 
@@ -99,7 +99,9 @@ mod tests {
     fn the_most_caught_up_replica_wins() {
         // 2 × 2: node 1's replicas are 2 (offset 20) and 3 (offset 30).
         let t = without(&world(&formed22(), &[1, 2, 3, 4, 5, 6]), 1);
-        let Some(Step::HandOver { replica, .. }) = terminating_primary(&t, &terminating(1)) else {
+        let Some(Step::HandOver(steps::HandOver { replica, .. })) =
+            terminating_primary(&t, &terminating(1))
+        else {
             panic!("no hand-over");
         };
         assert_eq!(replica, addr(3));

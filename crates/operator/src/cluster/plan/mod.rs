@@ -6,7 +6,7 @@
 //! [`topology`]), the hand-over of a surplus primary ([`removal`]), slots left half-migrated,
 //! the next batch of the slot balance ([`rebalance`]), the retirement of surplus ValkeyNodes
 //! that serve nothing ([`removal`]), then the next rolling-update step ([`roll`]). At most one step is returned;
-//! executing it is [`super::act`]'s job, and the next pass plans again from the live view, so
+//! running it is [`super::steps`]' job, and the next pass plans again from the live view, so
 //! an interrupted step is resumed from what the cluster shows, never from memory.
 
 pub mod failover;
@@ -20,150 +20,19 @@ pub(crate) mod testworld;
 mod topology;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 use kube::ResourceExt;
 use valkey_api::ValkeyNode;
 use valkey_api::status::ShardStatus;
-use valkey_ops::commands::FailoverMode;
-use valkey_ops::{Layout, SlotRange, Topology};
+use valkey_ops::{Layout, Topology};
 
 pub use failover::FailoverTiming;
 pub use rebalance::{Balance, KEY_MIGRATION_BATCH_SLOTS, REBALANCE_BATCH_SLOTS};
 
 use shards::{TopologyFacts, analyze};
 
-/// One bounded step; its kind (for logs, metrics and `status.operation`) is the variant's
-/// name ([`Step::kind`]).
-#[derive(Clone, Debug, PartialEq, strum::IntoStaticStr, strum::VariantNames)]
-pub enum Step {
-    /// Introduce isolated nodes to the cluster through the seed.
-    Meet {
-        /// Address of the best-connected node.
-        seed: SocketAddr,
-        /// Addresses of nodes the seed does not know.
-        nodes: Vec<SocketAddr>,
-    },
-    /// MEET again peers the seed knows under an old IP.
-    ReMeet {
-        /// Address of the seed.
-        seed: SocketAddr,
-        /// New addresses of the moved peers.
-        nodes: Vec<SocketAddr>,
-    },
-    /// Assign unowned slots to shard primaries (the initial plan's ranges).
-    AssignSlots {
-        /// (primary address, shard index, ranges).
-        assignments: Vec<(SocketAddr, i32, Vec<SlotRange>)>,
-    },
-    /// Attach nodes as replicas of their shard's live primary.
-    Replicate {
-        /// (replica address, primary node id, shard index, primary address).
-        attachments: Vec<(SocketAddr, String, i32, SocketAddr)>,
-    },
-    /// Move slots between shard primaries: one batch of the minimal-move plan, whose
-    /// transfers are independent (distinct sources and targets) and run concurrently.
-    MigrateSlots {
-        /// The transfers of the batch.
-        transfers: Vec<Transfer>,
-        /// Key by key with `MIGRATE` (Valkey 8) instead of atomic `CLUSTER MIGRATESLOTS`.
-        by_key: bool,
-        /// Every reachable member, told the new owner after a key-by-key transfer.
-        others: Vec<SocketAddr>,
-    },
-    /// Complete slots left half-migrated (`MIGRATING`/`IMPORTING`) by an interrupted key-by-key
-    /// migration, toward the target they were going to.
-    FinishOpenSlots {
-        /// Addresses of every shard primary.
-        primaries: Vec<SocketAddr>,
-    },
-    /// Promote the most caught-up replica of a shard whose slot-owning primary is down, when
-    /// Valkey's own election cannot succeed (`TAKEOVER`) or would only start late (`FORCE`).
-    Failover {
-        /// Address of the replica to promote.
-        replica: SocketAddr,
-        /// Shard index.
-        shard: i32,
-        /// Node id of the failed primary.
-        failed: String,
-        /// `CLUSTER FAILOVER` mode.
-        mode: FailoverMode,
-    },
-    /// Forget a failed node that is no pod's identity any more.
-    Forget {
-        /// Node id to forget.
-        node_id: String,
-        /// Addresses of all reachable members (each must forget it).
-        addrs: Vec<SocketAddr>,
-    },
-    /// Retire surplus ValkeyNodes (outside the layout) that own no slot anywhere: forget their
-    /// nodes on every member of the layout, reset them so they stop gossiping, then delete the
-    /// ValkeyNodes.
-    Retire {
-        /// Node ids to forget (replicas before their primary).
-        forget: Vec<String>,
-        /// Members of the layout that must forget them.
-        at: Vec<SocketAddr>,
-        /// Addresses of the retiring nodes still running (reset, best effort).
-        reset: Vec<SocketAddr>,
-        /// ValkeyNode names to delete.
-        names: Vec<String>,
-    },
-    /// Hand a primary's slots over to its most caught-up synced replica with a coordinated
-    /// `CLUSTER FAILOVER` before its pod stops (it is rolled, retired or being deleted).
-    HandOver {
-        /// Address of the replica to promote.
-        replica: SocketAddr,
-        /// Shard index.
-        shard: i32,
-        /// The primary that stops afterwards: its ValkeyNode name, or `pod <name>`.
-        primary: String,
-    },
-    /// Authorize a pending pod-template change: the ValkeyNode with its workload revision
-    /// bumped, to be applied.
-    AuthorizeRoll {
-        /// The ValkeyNode as it is to be applied.
-        node: Box<ValkeyNode>,
-    },
-}
-
-/// Slots moving from one shard primary to another.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Transfer {
-    /// Address of the source primary.
-    pub source: SocketAddr,
-    /// Shard index of the source.
-    pub source_shard: i32,
-    /// Address of the target primary.
-    pub target: SocketAddr,
-    /// Node id of the target primary.
-    pub target_id: String,
-    /// Shard index of the target.
-    pub target_shard: i32,
-    /// The slots.
-    pub ranges: Vec<SlotRange>,
-    /// The source's shard is being removed (a drain).
-    pub draining: bool,
-}
-
-impl Transfer {
-    /// Number of slots.
-    pub fn slot_count(&self) -> usize {
-        self.ranges.iter().map(SlotRange::len).sum()
-    }
-}
-
-impl Step {
-    /// Short CamelCase name (for logs, metrics and `status.operation`): the variant's name.
-    pub fn kind(&self) -> &'static str {
-        self.into()
-    }
-
-    /// Every step's kind.
-    pub fn kinds() -> &'static [&'static str] {
-        <Self as strum::VariantNames>::VARIANTS
-    }
-}
+use crate::cluster::steps::{self, Step};
 
 /// What planning reads.
 #[derive(Clone, Copy, Debug)]
@@ -267,19 +136,19 @@ pub fn plan(input: &Input<'_>) -> Plan {
             match roll::next_roll(&layout_nodes, &within, healthy && settle_left.is_none())? {
                 roll::RollStep::Authorize { node } => {
                     let desired = input.desired_nodes.iter().find(|d| d.name_any() == node)?;
-                    Some(Step::AuthorizeRoll {
+                    Some(Step::AuthorizeRoll(steps::AuthorizeRoll {
                         node: Box::new(roll::authorized(desired)),
-                    })
+                    }))
                 }
                 roll::RollStep::Failover {
                     replica,
                     shard,
                     primary,
-                } => Some(Step::HandOver {
+                } => Some(Step::HandOver(steps::HandOver {
                     replica,
                     shard,
                     primary,
-                }),
+                })),
             }
         });
     let roll_progress = roll::progress(&layout_nodes);

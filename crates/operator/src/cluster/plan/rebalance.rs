@@ -8,7 +8,7 @@ use valkey_ops::slot_plan::{RebalancePlan, plan_rebalance};
 use valkey_ops::topology::{known_by, owned_slots};
 use valkey_ops::{Layout, Member, SLOT_COUNT, SlotSet, Topology};
 
-use super::{Step, Transfer};
+use crate::cluster::steps::{self, Step, Transfer};
 
 /// How the message of a drain held back for lack of memory starts (Degraded, RebalanceFailed;
 /// the `DrainFailed` event is published when it first appears).
@@ -217,8 +217,10 @@ pub fn open_slots_step(layout: Layout, topology: &Topology) -> Option<Step> {
         m.me()
             .is_some_and(|me| !me.migrating.is_empty() || !me.importing.is_empty())
     });
-    open.then(|| Step::FinishOpenSlots {
-        primaries: o.primary.values().map(|m| m.addr).collect(),
+    open.then(|| {
+        Step::FinishOpenSlots(steps::FinishOpenSlots {
+            primaries: o.primary.values().map(|m| m.addr).collect(),
+        })
     })
 }
 
@@ -274,10 +276,12 @@ pub fn rebalance_step(layout: Layout, topology: &Topology) -> Option<Step> {
             })
         })
         .collect();
-    (!transfers.is_empty()).then(|| Step::MigrateSlots {
-        transfers,
-        by_key,
-        others: topology.reachable().map(|m| m.addr).collect(),
+    (!transfers.is_empty()).then(|| {
+        Step::MigrateSlots(steps::MigrateSlots {
+            transfers,
+            by_key,
+            others: topology.reachable().map(|m| m.addr).collect(),
+        })
     })
 }
 
@@ -328,9 +332,9 @@ mod tests {
                 draining: vec![]
             }
         );
-        let Some(Step::MigrateSlots {
+        let Some(Step::MigrateSlots(steps::MigrateSlots {
             transfers, by_key, ..
-        }) = rebalance_step(d(3, 0), &m)
+        })) = rebalance_step(d(3, 0), &m)
         else {
             panic!("expected migration, got {:?}", rebalance_step(d(3, 0), &m))
         };
@@ -355,7 +359,9 @@ mod tests {
             panic!("not balanced yet")
         };
         assert_eq!(remaining, 2731);
-        let Some(Step::MigrateSlots { transfers, .. }) = rebalance_step(d(4, 0), &m) else {
+        let Some(Step::MigrateSlots(steps::MigrateSlots { transfers, .. })) =
+            rebalance_step(d(4, 0), &m)
+        else {
             panic!("expected migration")
         };
         assert!(transfers.iter().all(|t| t.target_shard == 3));
@@ -375,7 +381,9 @@ mod tests {
                 draining: vec![3]
             }
         );
-        let Some(Step::MigrateSlots { transfers, .. }) = rebalance_step(d(3, 0), &m) else {
+        let Some(Step::MigrateSlots(steps::MigrateSlots { transfers, .. })) =
+            rebalance_step(d(3, 0), &m)
+        else {
             panic!("expected a drain")
         };
         assert_eq!(transfers.len(), 1);
@@ -404,7 +412,8 @@ mod tests {
         mm[6].view.as_mut().expect("view").cluster_ok = false;
         assert_eq!(rebalance_step(d(4, 1), &Topology::new(mm)), None);
         // Synced and serving: shard 3 receives slots.
-        let Some(Step::MigrateSlots { transfers, .. }) = rebalance_step(d(4, 1), &world(&n, &all))
+        let Some(Step::MigrateSlots(steps::MigrateSlots { transfers, .. })) =
+            rebalance_step(d(4, 1), &world(&n, &all))
         else {
             panic!("expected migration")
         };
@@ -480,9 +489,9 @@ mod tests {
             m.view.as_mut().expect("view").version = Some("8.0.1".parse().expect("version"));
         }
         let m = Topology::new(mm.clone());
-        let Some(Step::MigrateSlots {
+        let Some(Step::MigrateSlots(steps::MigrateSlots {
             transfers, by_key, ..
-        }) = rebalance_step(d(2, 0), &m)
+        })) = rebalance_step(d(2, 0), &m)
         else {
             panic!("expected migration")
         };
@@ -500,9 +509,9 @@ mod tests {
             .push((16383, id3));
         assert_eq!(
             open_slots_step(d(2, 0), &Topology::new(mm)),
-            Some(Step::FinishOpenSlots {
+            Some(Step::FinishOpenSlots(steps::FinishOpenSlots {
                 primaries: vec![addr(1), addr(3)]
-            })
+            }))
         );
     }
 

@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use valkey_api::ValkeyNode;
 use valkey_ops::{Layout, Member, Topology};
 
-use super::Step;
+use crate::cluster::steps::{self, Step};
 
 /// The next removal step: a hand-over of a surplus primary, or the retirement of every
 /// surplus node that can go.
@@ -45,11 +45,11 @@ fn hand_over(layout: Layout, topology: &Topology, surplus: &[&ValkeyNode]) -> Op
             .shard(shard)
             .filter(|r| layout.contains(r.shard, r.index) && r.is_synced_replica_of(id))
             .max_by_key(|r| (r.offset(), -r.index))?;
-        Some(Step::HandOver {
+        Some(Step::HandOver(steps::HandOver {
             replica: replica.addr,
             shard,
             primary: n.name_any(),
-        })
+        }))
     })
 }
 
@@ -99,7 +99,7 @@ fn retire(layout: Layout, topology: &Topology, surplus: &[&ValkeyNode]) -> Optio
     }
     // Replicas before their primary (a primary with a live follower is not forgotten).
     forget.sort();
-    Some(Step::Retire {
+    Some(Step::Retire(steps::Retire {
         forget: forget.into_iter().map(|(_, id)| id).collect(),
         at: inside
             .iter()
@@ -108,7 +108,7 @@ fn retire(layout: Layout, topology: &Topology, surplus: &[&ValkeyNode]) -> Optio
             .collect(),
         reset,
         names,
-    })
+    }))
 }
 
 /// Surplus nodes that have no pod and were never seen as a cluster member (no live role was
@@ -120,11 +120,13 @@ fn never_joined(topology: &Topology, surplus: &[&ValkeyNode]) -> Option<Step> {
         .filter(|n| topology.at(n.spec.shard_index, n.spec.node_index).is_none())
         .map(|n| n.name_any())
         .collect();
-    (!names.is_empty()).then(|| Step::Retire {
-        forget: Vec::new(),
-        at: Vec::new(),
-        reset: Vec::new(),
-        names,
+    (!names.is_empty()).then(|| {
+        Step::Retire(steps::Retire {
+            forget: Vec::new(),
+            at: Vec::new(),
+            reset: Vec::new(),
+            names,
+        })
     })
 }
 
@@ -157,12 +159,12 @@ mod tests {
         n.push(r);
         let m = world(&n, &[1, 2, 3, 4, 5, 6, 7, 8]);
         let nodes = [vnode(3, 0), vnode(3, 1)];
-        let Some(Step::Retire {
+        let Some(Step::Retire(steps::Retire {
             forget,
             at,
             reset,
             names,
-        }) = surplus(D31, &m, &nodes)
+        })) = surplus(D31, &m, &nodes)
         else {
             panic!("expected retirement, got {:?}", surplus(D31, &m, &nodes))
         };
@@ -211,7 +213,8 @@ mod tests {
         let mut mm = members(&world(&n, &[1, 2, 3, 4, 5, 6, 7]));
         mm[6].view = None;
         let nodes = [vnode(3, 0), vnode(4, 0)];
-        let Some(Step::Retire { forget, names, .. }) = surplus(D31, &Topology::new(mm), &nodes)
+        let Some(Step::Retire(steps::Retire { forget, names, .. })) =
+            surplus(D31, &Topology::new(mm), &nodes)
         else {
             panic!("expected retirement of the pod-less node")
         };
@@ -229,7 +232,7 @@ mod tests {
             role: Some("primary".into()),
             ..Default::default()
         });
-        let Some(Step::Retire { names, forget, .. }) =
+        let Some(Step::Retire(steps::Retire { names, forget, .. })) =
             surplus(d(2, 0), &empty, &[never.clone(), joined.clone()])
         else {
             panic!("expected the never-joined node to go")
@@ -246,15 +249,16 @@ mod tests {
         let nodes = [vnode(0, 1), vnode(1, 1), vnode(2, 1)];
         assert_eq!(
             surplus(d(3, 0), &m, &nodes),
-            Some(Step::HandOver {
+            Some(Step::HandOver(steps::HandOver {
                 replica: addr(1),
                 shard: 0,
                 primary: "c-0-1".into()
-            })
+            }))
         );
         // Once handed over, every index-1 node retires at once.
         let m = world(&formed31(), &[1, 2, 3, 4, 5, 6]);
-        let Some(Step::Retire { forget, names, .. }) = surplus(d(3, 0), &m, &nodes) else {
+        let Some(Step::Retire(steps::Retire { forget, names, .. })) = surplus(d(3, 0), &m, &nodes)
+        else {
             panic!("expected retirement")
         };
         assert_eq!(forget, [id(2), id(4), id(6)]);

@@ -8,9 +8,9 @@ use std::net::IpAddr;
 use valkey_ops::slot_plan::initial_assignment;
 use valkey_ops::{Layout, Member, SLOT_COUNT, SlotSet, Topology};
 
-use super::Step;
 #[cfg(test)]
 use super::failover::{FailoverTiming, failover_step};
+use crate::cluster::steps::{self, Step};
 
 /// The failover or topology step, or `None` when the topology matches the layout (or must
 /// wait): the first two sub-planners of [`super::plan`], for their unit tests.
@@ -44,19 +44,19 @@ pub(super) fn topology_step(
     // 1. MEET nodes the seed does not know.
     let unknown: Vec<_> = topology.unjoined().map(|m| m.addr).collect();
     if !unknown.is_empty() {
-        return Some(Step::Meet {
+        return Some(Step::Meet(steps::Meet {
             seed: seed.addr,
             nodes: unknown,
-        });
+        }));
     }
 
     // 2. Re-MEET peers the seed knows under another IP.
     let moved: Vec<_> = topology.moved().map(|m| m.addr).collect();
     if !moved.is_empty() {
-        return Some(Step::ReMeet {
+        return Some(Step::ReMeet(steps::ReMeet {
             seed: seed.addr,
             nodes: moved,
-        });
+        }));
     }
 
     // 3. Assign unowned slots of the initial plan to the shard primaries. A primary's own
@@ -83,7 +83,7 @@ pub(super) fn topology_step(
             }
         }
         if !assignments.is_empty() {
-            return Some(Step::AssignSlots { assignments });
+            return Some(Step::AssignSlots(steps::AssignSlots { assignments }));
         }
     }
 
@@ -101,7 +101,7 @@ pub(super) fn topology_step(
         }
     }
     if !attachments.is_empty() {
-        return Some(Step::Replicate { attachments });
+        return Some(Step::Replicate(steps::Replicate { attachments }));
     }
 
     // 5. Forget one failed node that is no member's identity, owns no slots and has no live
@@ -150,10 +150,10 @@ pub(super) fn topology_step(
             && n.slot_count() == 0
             && !cut_off(&n.addr.ip)
     })?;
-    Some(Step::Forget {
+    Some(Step::Forget(steps::Forget {
         node_id: dead.id.clone(),
         addrs: topology.reachable().map(|m: &Member| m.addr).collect(),
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -170,7 +170,7 @@ mod tests {
             FailoverTiming::default(),
         )
         .unwrap();
-        let Step::Meet { seed, nodes } = step else {
+        let Step::Meet(steps::Meet { seed, nodes }) = step else {
             panic!("expected meet, got {step:?}")
         };
         assert_eq!(seed, addr(1));
@@ -186,7 +186,7 @@ mod tests {
             FailoverTiming::default(),
         )
         .unwrap();
-        let Step::AssignSlots { assignments } = step else {
+        let Step::AssignSlots(steps::AssignSlots { assignments }) = step else {
             panic!("expected slots, got {step:?}")
         };
         let got: Vec<(String, i32, String)> = assignments
@@ -224,13 +224,13 @@ mod tests {
         .unwrap();
         assert_eq!(
             step,
-            Step::Replicate {
+            Step::Replicate(steps::Replicate {
                 attachments: vec![
                     (addr(2), id(1), 0, addr(1)),
                     (addr(4), id(3), 1, addr(3)),
                     (addr(6), id(5), 2, addr(5)),
                 ]
-            }
+            })
         );
     }
 
@@ -257,9 +257,9 @@ mod tests {
         let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(
             next_step(D31, &m, None, FailoverTiming::default()),
-            Some(Step::Replicate {
+            Some(Step::Replicate(steps::Replicate {
                 attachments: vec![(addr(7), id(2), 0, addr(2))]
-            })
+            }))
         );
     }
 
@@ -270,7 +270,7 @@ mod tests {
         n7.primary_of = Some(2);
         n.push(n7);
         let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
-        let Some(Step::Forget { node_id, addrs }) =
+        let Some(Step::Forget(steps::Forget { node_id, addrs })) =
             next_step(D31, &m, None, FailoverTiming::default())
         else {
             panic!("expected forget")
@@ -299,7 +299,7 @@ mod tests {
                 FailoverTiming::default(),
             )
         };
-        let Some(Step::Forget { node_id, .. }) = step(&all, &ips(6, 7)) else {
+        let Some(Step::Forget(steps::Forget { node_id, .. })) = step(&all, &ips(6, 7)) else {
             panic!("expected forget")
         };
         assert_eq!(node_id, id(6));
@@ -310,7 +310,7 @@ mod tests {
         let without7: Vec<Member> = all.iter().filter(|m| m.addr != addr(7)).cloned().collect();
         assert!(!matches!(
             step(&without7, &ips(6, 7)),
-            Some(Step::Forget { .. })
+            Some(Step::Forget(steps::Forget { .. }))
         ));
     }
 
@@ -333,12 +333,15 @@ mod tests {
         assert_eq!(step(&m, Some(&all)), None);
         // Its process died (the pod refuses connections): forget it.
         m.last_mut().expect("member").refused = true;
-        assert!(matches!(step(&m, Some(&all)), Some(Step::Forget { .. })));
+        assert!(matches!(
+            step(&m, Some(&all)),
+            Some(Step::Forget(steps::Forget { .. }))
+        ));
         // Its pod is gone.
         m.pop();
         assert!(matches!(
             step(&m, Some(&ips(1, 6))),
-            Some(Step::Forget { .. })
+            Some(Step::Forget(steps::Forget { .. }))
         ));
     }
 
@@ -360,10 +363,10 @@ mod tests {
         m[5].addr = "10.0.0.66:6379".parse().unwrap();
         assert_eq!(
             next_step(D31, &Topology::new(m), None, FailoverTiming::default()),
-            Some(Step::ReMeet {
+            Some(Step::ReMeet(steps::ReMeet {
                 seed: addr(1),
                 nodes: vec!["10.0.0.66:6379".parse().unwrap()]
-            })
+            }))
         );
     }
 
@@ -374,7 +377,7 @@ mod tests {
             replicas: 0,
         };
         let m = world(&[node(1, 0, 0)], &[]);
-        let Some(Step::AssignSlots { assignments }) =
+        let Some(Step::AssignSlots(steps::AssignSlots { assignments })) =
             next_step(d, &m, None, FailoverTiming::default())
         else {
             panic!("expected slots")

@@ -371,7 +371,7 @@ mod tests {
         use std::net::SocketAddr;
 
         use crate::cluster::operation::{self, Pass};
-        use crate::cluster::plan::{Step, Transfer};
+        use crate::cluster::steps::{self, Step, Transfer};
         use crate::cluster::steps::{Reporting, TargetError, each_target};
         use crate::status::text::{CONDITION_MESSAGE_MAX, EVENT_NOTE_MAX};
         use crate::status::{FailureKind, next_status, transition_events};
@@ -509,11 +509,11 @@ mod tests {
                 draining: true,
             })
             .collect();
-        let step = Step::MigrateSlots {
+        let step = Step::MigrateSlots(steps::MigrateSlots {
             transfers,
             by_key: false,
             others: Vec::new(),
-        };
+        });
         let balance = Balance::Moving {
             remaining: 16_000,
             draining: (1..SHARDS).collect(),

@@ -17,8 +17,9 @@ use valkey_ops::{Member, Topology};
 
 use super::Context;
 use super::operation;
-use super::plan::{Balance, Step};
+use super::plan::Balance;
 use super::steps::Moved;
+use super::steps::Step;
 use crate::node::status_writes::{ClusterFields, apply_cluster_fields};
 use crate::status::{self, EventSpec, Facts};
 

@@ -4,10 +4,9 @@ use std::net::SocketAddr;
 
 use valkey_api::status::event;
 use valkey_ops::SlotRange;
-use valkey_ops::client::NodePool;
 use valkey_ops::commands;
 
-use super::{Outcome, Reporting, TargetError, each_target};
+use super::{Act, Actor, Outcome, Reporting, TargetError, each_target};
 use crate::status::{Activity, FailureKind, Progress, text};
 
 const REPORTING: Reporting = Reporting {
@@ -17,27 +16,38 @@ const REPORTING: Reporting = Reporting {
     failure: Some(FailureKind::NodeAddFailed),
 };
 
-/// Assigns each (primary address, shard, ranges).
-pub async fn run(pool: &NodePool, assignments: &[(SocketAddr, i32, Vec<SlotRange>)]) -> Outcome {
-    let mut out = Outcome::default();
-    each_target(
-        &mut out,
-        &REPORTING,
-        assignments,
-        |(addr, shard, ranges)| async move {
-            let n = commands::add_slots_range(pool, &addr.to_string(), ranges).await?;
-            Ok((n > 0).then(|| format!("shard {shard}: {n} slots")))
-        },
-        |(addr, shard, _), e| TargetError {
-            event: format!("shard {shard} at {addr}: {e}"),
-            failure: format!("assigning slots to shard {shard}: {e}"),
-        },
-        |done| format!("assigned slots: {}", text::list("primaries", done)),
-    )
-    .await;
-    out.progress = Some(Progress::new(
-        Activity::AddingNodes,
-        "assigning slots to primaries",
-    ));
-    out
+/// Assign unowned slots to shard primaries (the initial plan's ranges).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AssignSlots {
+    /// (primary address, shard index, ranges).
+    pub assignments: Vec<(SocketAddr, i32, Vec<SlotRange>)>,
+}
+
+impl Act for AssignSlots {
+    /// Assigns each (primary address, shard, ranges).
+    async fn run(&self, actor: &Actor<'_>) -> Outcome {
+        let pool = actor.pool;
+        let assignments = &self.assignments;
+        let mut out = Outcome::default();
+        each_target(
+            &mut out,
+            &REPORTING,
+            assignments,
+            |(addr, shard, ranges)| async move {
+                let n = commands::add_slots_range(pool, &addr.to_string(), ranges).await?;
+                Ok((n > 0).then(|| format!("shard {shard}: {n} slots")))
+            },
+            |(addr, shard, _), e| TargetError {
+                event: format!("shard {shard} at {addr}: {e}"),
+                failure: format!("assigning slots to shard {shard}: {e}"),
+            },
+            |done| format!("assigned slots: {}", text::list("primaries", done)),
+        )
+        .await;
+        out.progress = Some(Progress::new(
+            Activity::AddingNodes,
+            "assigning slots to primaries",
+        ));
+        out
+    }
 }

@@ -9,7 +9,7 @@ use valkey_api::status::event;
 use valkey_ops::client::NodePool;
 use valkey_ops::commands::{self, CommandError, FailoverMode};
 
-use super::Outcome;
+use super::{Act, Actor, Outcome};
 use super::forced_failover::FAILOVER_TIMEOUT;
 use crate::status::{Activity, EventSpec, Progress};
 
@@ -46,51 +46,72 @@ async fn demoted(pool: &NodePool, addr: &str) -> bool {
 /// must not share the action of a failover of a failed primary.
 const HAND_OVER_ACTION: &str = "HandOver";
 
-/// Hands the slots of a primary about to stop (rolled, retired or its pod being deleted) to
-/// its replica with a coordinated `CLUSTER FAILOVER` (the primary stops writes until the
-/// replica has caught up, so no acknowledged write is lost).
-pub async fn run(pool: &NodePool, replica: SocketAddr, shard: i32, primary: &str) -> Outcome {
-    let mut out = Outcome::default();
-    out.events.push(EventSpec::normal(
-        event::FAILOVER_INITIATED,
-        HAND_OVER_ACTION,
-        format!("shard {shard}: handing over to {replica} before {primary} stops"),
-    ));
-    let addr = replica.to_string();
-    let old_primary = old_primary_addr(pool, &addr).await;
-    let started = std::time::Instant::now();
-    match commands::failover(pool, &addr, FailoverMode::Default, FAILOVER_TIMEOUT).await {
-        Ok(promoted) => {
-            out.acted = promoted;
-            let promoted_ms = started.elapsed().as_millis();
-            let demoted_ms = match (&old_primary, promoted) {
-                (Some(old), true) => demoted(pool, old)
-                    .await
-                    .then(|| started.elapsed().as_millis()),
-                _ => None,
-            };
-            info!(%replica, shard, primary, promoted_ms, ?demoted_ms, "coordinated failover before a node stops done");
-            if promoted {
-                tokio::time::sleep(HANDOVER_SETTLE).await;
+/// Hand a primary's slots over to its most caught-up synced replica with a coordinated
+/// `CLUSTER FAILOVER` before its pod stops (it is rolled, retired or being deleted).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HandOver {
+    /// Address of the replica to promote.
+    pub replica: SocketAddr,
+    /// Shard index.
+    pub shard: i32,
+    /// The primary that stops afterwards: its ValkeyNode name, or `pod <name>`.
+    pub primary: String,
+}
+
+impl Act for HandOver {
+    /// Hands the slots of a primary about to stop (rolled, retired or its pod being deleted) to
+    /// its replica with a coordinated `CLUSTER FAILOVER` (the primary stops writes until the
+    /// replica has caught up, so no acknowledged write is lost).
+    async fn run(&self, actor: &Actor<'_>) -> Outcome {
+        let pool = actor.pool;
+        let Self {
+            replica,
+            shard,
+            primary,
+        } = self;
+        let (replica, shard) = (*replica, *shard);
+        let mut out = Outcome::default();
+        out.events.push(EventSpec::normal(
+            event::FAILOVER_INITIATED,
+            HAND_OVER_ACTION,
+            format!("shard {shard}: handing over to {replica} before {primary} stops"),
+        ));
+        let addr = replica.to_string();
+        let old_primary = old_primary_addr(pool, &addr).await;
+        let started = std::time::Instant::now();
+        match commands::failover(pool, &addr, FailoverMode::Default, FAILOVER_TIMEOUT).await {
+            Ok(promoted) => {
+                out.acted = promoted;
+                let promoted_ms = started.elapsed().as_millis();
+                let demoted_ms = match (&old_primary, promoted) {
+                    (Some(old), true) => demoted(pool, old)
+                        .await
+                        .then(|| started.elapsed().as_millis()),
+                    _ => None,
+                };
+                info!(%replica, shard, primary, promoted_ms, ?demoted_ms, "coordinated failover before a node stops done");
+                if promoted {
+                    tokio::time::sleep(HANDOVER_SETTLE).await;
+                }
+            }
+            Err(e) => {
+                warn!(%replica, shard, error = %e, "coordinated failover before a node stops failed");
+                let reason = if matches!(e, CommandError::Timeout { .. }) {
+                    event::FAILOVER_TIMEOUT
+                } else {
+                    event::FAILOVER_FAILED
+                };
+                out.events.push(EventSpec::warning(
+                    reason,
+                    HAND_OVER_ACTION,
+                    format!("shard {shard}: handing over to {replica} before {primary} stops: {e}"),
+                ));
             }
         }
-        Err(e) => {
-            warn!(%replica, shard, error = %e, "coordinated failover before a node stops failed");
-            let reason = if matches!(e, CommandError::Timeout { .. }) {
-                event::FAILOVER_TIMEOUT
-            } else {
-                event::FAILOVER_FAILED
-            };
-            out.events.push(EventSpec::warning(
-                reason,
-                HAND_OVER_ACTION,
-                format!("shard {shard}: handing over to {replica} before {primary} stops: {e}"),
-            ));
-        }
+        out.progress = Some(Progress::new(
+            Activity::UpdatingNodes,
+            format!("shard {shard}: handing over to {replica} before {primary} stops"),
+        ));
+        out
     }
-    out.progress = Some(Progress::new(
-        Activity::UpdatingNodes,
-        format!("shard {shard}: handing over to {replica} before {primary} stops"),
-    ));
-    out
 }

@@ -3,10 +3,9 @@
 use std::net::SocketAddr;
 
 use valkey_api::status::event;
-use valkey_ops::client::NodePool;
 use valkey_ops::commands::{self, CommandError};
 
-use super::{Outcome, Reporting, TargetError, each_target};
+use super::{Act, Actor, Outcome, Reporting, TargetError, each_target};
 use crate::status::{Activity, Progress};
 
 const REPORTING: Reporting = Reporting {
@@ -16,33 +15,46 @@ const REPORTING: Reporting = Reporting {
     failure: None,
 };
 
-/// Forgets `node_id` on every member at `addrs`; a member that refuses (the node is not
-/// failed everywhere yet) makes it wait for a later pass.
-pub async fn run(pool: &NodePool, node_id: &str, addrs: &[SocketAddr]) -> Outcome {
-    let mut out = Outcome::default();
-    let addrs: Vec<String> = addrs.iter().map(ToString::to_string).collect();
-    let addrs = &addrs;
-    each_target(
-        &mut out,
-        &REPORTING,
-        &[node_id],
-        |id| async move {
-            match commands::forget_everywhere(pool, addrs, id).await {
-                Ok(n) => Ok((n > 0).then(|| format!("forgot failed node {id} on {n} nodes"))),
-                Err(CommandError::Refused(m)) => Err(CommandError::NotReady(m)),
-                Err(e) => Err(e),
-            }
-        },
-        |id, e| TargetError {
-            event: format!("forgetting {id}: {e}"),
-            failure: format!("forgetting {id}: {e}"),
-        },
-        |done| done.join(", "),
-    )
-    .await;
-    out.progress = Some(Progress::new(
-        Activity::Reconciling,
-        format!("forgetting failed node {node_id}"),
-    ));
-    out
+/// Forget a failed node that is no pod's identity any more.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Forget {
+    /// Node id to forget.
+    pub node_id: String,
+    /// Addresses of all reachable members (each must forget it).
+    pub addrs: Vec<SocketAddr>,
+}
+
+impl Act for Forget {
+    /// Forgets `node_id` on every member at `addrs`; a member that refuses (the node is not
+    /// failed everywhere yet) makes it wait for a later pass.
+    async fn run(&self, actor: &Actor<'_>) -> Outcome {
+        let pool = actor.pool;
+        let Self { node_id, addrs } = self;
+        let mut out = Outcome::default();
+        let addrs: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+        let addrs = &addrs;
+        each_target(
+            &mut out,
+            &REPORTING,
+            &[node_id],
+            |id| async move {
+                match commands::forget_everywhere(pool, addrs, id).await {
+                    Ok(n) => Ok((n > 0).then(|| format!("forgot failed node {id} on {n} nodes"))),
+                    Err(CommandError::Refused(m)) => Err(CommandError::NotReady(m)),
+                    Err(e) => Err(e),
+                }
+            },
+            |id, e| TargetError {
+                event: format!("forgetting {id}: {e}"),
+                failure: format!("forgetting {id}: {e}"),
+            },
+            |done| done.join(", "),
+        )
+        .await;
+        out.progress = Some(Progress::new(
+            Activity::Reconciling,
+            format!("forgetting failed node {node_id}"),
+        ));
+        out
+    }
 }

@@ -1,5 +1,5 @@
-//! `Meet`: introduce isolated nodes to the cluster through the seed (`CLUSTER MEET`), and
-//! `ReMeet`: meet again peers the seed knows under an old IP.
+//! `Meet`: introduce isolated nodes to the cluster through the seed (`CLUSTER MEET`); the
+//! introduction [`ReMeet`](super::ReMeet) repeats at new addresses.
 
 use std::net::SocketAddr;
 
@@ -7,7 +7,7 @@ use valkey_api::status::event;
 use valkey_ops::client::NodePool;
 use valkey_ops::commands;
 
-use super::{Outcome, Reporting, TargetError, each_target};
+use super::{Act, Actor, Outcome, Reporting, TargetError, each_target};
 use crate::status::{Activity, FailureKind, Progress};
 
 const MEET: Reporting = Reporting {
@@ -24,8 +24,28 @@ const MEET_AGAIN: Reporting = Reporting {
     failure: None,
 };
 
+/// Introduce isolated nodes to the cluster through the seed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Meet {
+    /// Address of the best-connected node.
+    pub seed: SocketAddr,
+    /// Addresses of nodes the seed does not know.
+    pub nodes: Vec<SocketAddr>,
+}
+
+impl Act for Meet {
+    async fn run(&self, actor: &Actor<'_>) -> Outcome {
+        introduce(actor.pool, self.seed, &self.nodes, false).await
+    }
+}
+
 /// Meets each of `nodes` through `seed` (`again`: unconditionally, at their new addresses).
-pub async fn run(pool: &NodePool, seed: SocketAddr, nodes: &[SocketAddr], again: bool) -> Outcome {
+pub(super) async fn introduce(
+    pool: &NodePool,
+    seed: SocketAddr,
+    nodes: &[SocketAddr],
+    again: bool,
+) -> Outcome {
     let mut out = Outcome::default();
     let seed = &seed.to_string();
     each_target(

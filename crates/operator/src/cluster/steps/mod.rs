@@ -1,21 +1,13 @@
-//! Acting: runs the one step of a pass (idempotent Valkey commands, or the ValkeyNode write
-//! that authorizes a roll or removes a surplus node), reporting what happened as events and
-//! as the Progressing/Degraded facts of the pass.
+//! Acting: the steps a pass plans, one module each, and how they run (idempotent Valkey
+//! commands, or the ValkeyNode write that authorizes a roll or removes a surplus node),
+//! reporting what happened as events and as the Progressing/Degraded facts of the pass.
 //!
-//! One module per step, each with a `run` function; the per-target loop that most steps share
-//! (call each target, count what changed, report each failure) is [`each_target`]. A new step
-//! is a variant of [`Step`] (planned in `plan/`), its module here, and its line in [`execute`].
-
-mod assign_slots;
-mod authorize_roll;
-mod coordinated_failover;
-mod finish_open_slots;
-mod forced_failover;
-mod forget;
-mod meet;
-mod migrate_slots;
-mod replicate;
-mod retire;
+//! A step is a type in its own module: its fields (what the planner decided), its events and
+//! failure kind, and how it runs ([`Act`]); what `status.operation` shows of it
+//! ([`Act::operation_view`]) when it is an operation of its own. The per-target loop most steps
+//! share (call each target, count what changed, report the failures) is [`each_target`].
+//! Adding a step is its module, its line in the list below (which declares the module, the
+//! [`Step`] variant and its dispatch), and its place in the planner's priority list.
 
 use std::future::Future;
 
@@ -25,9 +17,107 @@ use valkey_api::ValkeyNode;
 use valkey_ops::client::NodePool;
 use valkey_ops::commands::CommandError;
 
-use super::plan::Step;
 use crate::bounded::map_in_order;
 use crate::status::{EventSpec, FailureKind, Progress, StepFailure, text};
+
+/// Declares each step's module and the [`Step`] enum over the steps' types.
+macro_rules! steps {
+    ($($module:ident :: $step:ident),+ $(,)?) => {
+        $(mod $module;)+
+        $(pub use $module::$step;)+
+
+        /// One bounded step of a pass, planned by `plan/` and run by [`execute`]; its kind (for
+        /// logs, metrics and `status.operation`) is its type's name ([`Step::kind`]).
+        #[derive(Clone, Debug, PartialEq, strum::IntoStaticStr, strum::VariantNames)]
+        pub enum Step {
+            $(
+                #[doc = concat!("See [`", stringify!($step), "`].")]
+                $step($step),
+            )+
+        }
+
+        $(
+            impl From<$step> for Step {
+                fn from(step: $step) -> Self {
+                    Self::$step(step)
+                }
+            }
+        )+
+
+        impl Step {
+            /// What `status.operation` shows of the step.
+            pub fn operation_view(&self) -> Option<OperationView> {
+                match self {
+                    $(Self::$step(step) => step.operation_view(),)+
+                }
+            }
+        }
+
+        /// Runs `step`.
+        pub async fn execute(actor: &Actor<'_>, step: &Step) -> Outcome {
+            match step {
+                $(Step::$step(step) => step.run(actor).await,)+
+            }
+        }
+    };
+}
+
+steps! {
+    meet::Meet,
+    re_meet::ReMeet,
+    assign_slots::AssignSlots,
+    replicate::Replicate,
+    migrate_slots::MigrateSlots,
+    finish_open_slots::FinishOpenSlots,
+    forced_failover::Failover,
+    forget::Forget,
+    retire::Retire,
+    coordinated_failover::HandOver,
+    authorize_roll::AuthorizeRoll,
+}
+
+pub use migrate_slots::Transfer;
+
+impl Step {
+    /// Short CamelCase name (for logs, metrics and `status.operation`): the step's type name.
+    pub fn kind(&self) -> &'static str {
+        self.into()
+    }
+
+    /// Every step's kind.
+    pub fn kinds() -> &'static [&'static str] {
+        <Self as strum::VariantNames>::VARIANTS
+    }
+}
+
+/// A step: how it runs, and what `status.operation` shows of it.
+pub trait Act {
+    /// Runs the step once (idempotent: the next pass plans again from what the cluster shows).
+    fn run(&self, actor: &Actor<'_>) -> impl Future<Output = Outcome> + Send;
+
+    /// What `status.operation` shows while the step runs: `None` (the default) when the step is
+    /// not an operation users follow.
+    fn operation_view(&self) -> Option<OperationView> {
+        None
+    }
+}
+
+/// What `status.operation` shows of a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OperationView {
+    /// An operation of its own, named after the step's kind.
+    Own {
+        /// The shard it acts on.
+        shard: i32,
+        /// What it does.
+        detail: String,
+    },
+    /// One batch of the slot balance: its routes (`128 slots shard 0 -> 3`).
+    Batch {
+        /// The routes of the batch.
+        routes: Vec<String>,
+    },
+}
 
 /// Outcome of a step.
 #[derive(Debug, Default)]
@@ -61,48 +151,6 @@ pub struct Actor<'a> {
     /// The ValkeyNodes of the cluster's namespace; `None` where only Valkey is driven (tests
     /// of the topology loop against bare servers), and the ValkeyNode steps do nothing.
     pub nodes: Option<&'a Api<ValkeyNode>>,
-}
-
-/// Runs `step`.
-pub async fn execute(actor: &Actor<'_>, step: &Step) -> Outcome {
-    let pool = actor.pool;
-    match step {
-        Step::Meet { seed, nodes } => meet::run(pool, *seed, nodes, false).await,
-        Step::ReMeet { seed, nodes } => meet::run(pool, *seed, nodes, true).await,
-        Step::AssignSlots { assignments } => assign_slots::run(pool, assignments).await,
-        Step::Replicate { attachments } => replicate::run(pool, attachments).await,
-        Step::MigrateSlots {
-            transfers,
-            by_key,
-            others,
-        } => migrate_slots::run(pool, transfers, *by_key, others).await,
-        Step::FinishOpenSlots { primaries } => finish_open_slots::run(pool, primaries).await,
-        Step::Failover {
-            replica,
-            shard,
-            failed,
-            mode,
-        } => forced_failover::run(pool, *replica, *shard, failed, *mode).await,
-        Step::Forget { node_id, addrs } => forget::run(pool, node_id, addrs).await,
-        Step::Retire {
-            forget,
-            at,
-            reset,
-            names,
-        } => match actor.nodes {
-            Some(nodes) => retire::run(pool, nodes, forget, at, reset, names).await,
-            None => Outcome::default(),
-        },
-        Step::HandOver {
-            replica,
-            shard,
-            primary,
-        } => coordinated_failover::run(pool, *replica, *shard, primary).await,
-        Step::AuthorizeRoll { node } => match actor.nodes {
-            Some(nodes) => authorize_roll::run(nodes, node).await,
-            None => Outcome::default(),
-        },
-    }
 }
 
 /// How many targets of a step are called at once.
