@@ -136,7 +136,7 @@ fn server_logs(pods: &Path) -> Vec<PathBuf> {
 
 /// One coordinated failover as the servers logged it; times in Unix seconds.
 #[derive(Clone, Debug)]
-pub struct Failover {
+pub struct Election {
     /// `operator` or `hand` (the request's client library).
     pub by: &'static str,
     /// The replica accepted `CLUSTER FAILOVER`.
@@ -149,7 +149,7 @@ pub struct Failover {
     pub demoted: Option<f64>,
 }
 
-impl Failover {
+impl Election {
     /// Pause → election won, in ms.
     pub fn handshake_ms(&self) -> Option<f64> {
         Some((self.won? - self.paused?) * 1000.0)
@@ -162,7 +162,7 @@ impl Failover {
 }
 
 /// The coordinated failovers in `lines` (time-ordered).
-pub fn failovers(lines: &[Line]) -> Vec<Failover> {
+pub fn failovers(lines: &[Line]) -> Vec<Election> {
     let within = |from: f64, secs: f64, pred: &dyn Fn(&Line) -> bool| {
         lines
             .iter()
@@ -172,7 +172,7 @@ pub fn failovers(lines: &[Line]) -> Vec<Failover> {
     lines
         .iter()
         .filter(|l| l.msg.starts_with("Manual failover user request accepted"))
-        .map(|req| Failover {
+        .map(|req| Election {
             by: if req.msg.contains("lib-name=valkey-operator") {
                 "operator"
             } else {
@@ -227,7 +227,7 @@ impl Clock {
 #[derive(Clone, Debug)]
 pub struct Change {
     /// What the servers logged.
-    pub failover: Failover,
+    pub failover: Election,
     /// The longest probe stall that started around the change (see [`changes`]), in ms
     /// (`None`: no stall of at least the writer's episode length).
     pub stall_ms: Option<f64>,
@@ -238,7 +238,7 @@ pub struct Change {
 /// Matches failovers with the writer's probe stalls (start, length in Unix seconds): a stall
 /// belongs to a failover if it started between 50 ms before its request and 100 ms after its
 /// demotion (a write sent to the old primary by a client that has not refreshed yet).
-pub fn changes(failovers: &[Failover], stalls: &[(f64, f64)]) -> Vec<Change> {
+pub fn changes(failovers: &[Election], stalls: &[(f64, f64)]) -> Vec<Change> {
     failovers
         .iter()
         .map(|f| {
