@@ -203,6 +203,14 @@ impl ControlPlane {
                 // Notice node readiness (and remove the not-ready taint of new
                 // nodes) within a second instead of five.
                 s("--node-monitor-period=1s"),
+                // Each controller's client may make 20 requests a second by default (burst
+                // 30): the StatefulSet controller's five per pod (create, event, status)
+                // then pace a 64-shard cluster's 128 pods at about 4 a second. Large
+                // clusters raise these; so does localkube, which shares its one API server
+                // with nobody.
+                s("--kube-api-qps=100"),
+                s("--kube-api-burst=200"),
+                s("--concurrent-statefulset-syncs=20"),
                 s("--v=1"),
             ]);
             let mut kcm = spawn(

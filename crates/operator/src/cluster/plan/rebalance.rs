@@ -251,8 +251,8 @@ pub fn rebalance_step(layout: Layout, topology: &Topology) -> Option<Step> {
     };
     let plan = plan_rebalance(&o.current, &o.targets, batch_slots).ok()?;
     drain_room(&o, &plan).ok()?;
-    let batch = plan.batches.into_iter().next()?;
-    let transfers: Vec<Transfer> = batch
+    let moves = step_moves(plan, by_key, batch_slots);
+    let transfers: Vec<Transfer> = moves
         .iter()
         .filter_map(|m| {
             let (src, tgt) = (o.primary.get(&m.source)?, o.primary.get(&m.target)?);
@@ -283,6 +283,32 @@ pub fn rebalance_step(layout: Layout, topology: &Topology) -> Option<Step> {
             others: topology.reachable().map(|m| m.addr).collect(),
         })
     })
+}
+
+/// The moves of one step. Key by key, one batch of the plan (its moves have distinct sources
+/// and targets). Atomic migration lets a target import from several sources at once and a
+/// source export to several targets in one command, so a step takes the plan's moves in
+/// order up to `batch_slots` slots: a shard added to 64 receives from all 64 in one step,
+/// not in 64.
+fn step_moves(
+    plan: RebalancePlan<i32>,
+    by_key: bool,
+    batch_slots: usize,
+) -> Vec<valkey_ops::slot_plan::SlotMove<i32>> {
+    let mut batches = plan.batches.into_iter();
+    if by_key {
+        return batches.next().unwrap_or_default();
+    }
+    let mut total = 0;
+    let mut moves = Vec::new();
+    for m in batches.flatten() {
+        if total > 0 && total + m.slots.len() > batch_slots {
+            break;
+        }
+        total += m.slots.len();
+        moves.push(m);
+    }
+    moves
 }
 
 #[cfg(test)]
@@ -351,6 +377,43 @@ mod tests {
     }
 
     #[test]
+    fn a_shard_added_to_three_receives_from_all_of_them_in_one_step() {
+        // Balanced 3 x 0 and an empty fourth shard: each source gives it about 1365 slots,
+        // all in one step with atomic migration; key by key, one source per step.
+        let m = four_shards(["0-5461", "5462-10922", "10923-16383", ""]);
+        let Some(Step::MigrateSlots(steps::MigrateSlots {
+            transfers, by_key, ..
+        })) = rebalance_step(d(4, 0), &m)
+        else {
+            panic!("expected migration")
+        };
+        assert!(!by_key);
+        let sources: BTreeSet<i32> = transfers.iter().map(|t| t.source_shard).collect();
+        assert_eq!(sources, BTreeSet::from([0, 1, 2]));
+        assert!(transfers.iter().all(|t| t.target_shard == 3));
+        assert_eq!(
+            transfers.iter().map(Transfer::slot_count).sum::<usize>(),
+            4096
+        );
+        let mut n = vec![node(1, 0, 0), node(3, 1, 0), node(5, 2, 0), node(7, 3, 0)];
+        n[0].slots = "0-5461";
+        n[1].slots = "5462-10922";
+        n[2].slots = "10923-16383";
+        let mut mm = members(&world(&n, &[1, 3, 5, 7]));
+        for m in &mut mm {
+            m.view.as_mut().expect("view").version = Some("8.0.1".parse().expect("version"));
+        }
+        let Some(Step::MigrateSlots(steps::MigrateSlots {
+            transfers, by_key, ..
+        })) = rebalance_step(d(4, 0), &Topology::new(mm))
+        else {
+            panic!("expected migration")
+        };
+        assert!(by_key);
+        assert_eq!(transfers.len(), 1);
+    }
+
+    #[test]
     fn an_uneven_cluster_keeps_moving_until_balanced() {
         // After a first batch of a 3 -> 4 scale-out: 5462 / 5461 / 4096 / 1365.
         let m = four_shards(["0-5461", "5462-10922", "10923-15018", "15019-16383"]);
@@ -386,8 +449,15 @@ mod tests {
         else {
             panic!("expected a drain")
         };
-        assert_eq!(transfers.len(), 1);
-        assert_eq!(transfers[0].source, addr(7));
+        // One step drains it onto the three others at once (atomic migration).
+        assert_eq!(transfers.len(), 3);
+        assert!(transfers.iter().all(|t| t.source == addr(7)));
+        let targets: BTreeSet<i32> = transfers.iter().map(|t| t.target_shard).collect();
+        assert_eq!(targets, BTreeSet::from([0, 1, 2]));
+        assert_eq!(
+            transfers.iter().map(Transfer::slot_count).sum::<usize>(),
+            4096
+        );
         // Drained: balanced even though the shard's node is still a member.
         let m = four_shards(["0-5461", "5462-10922", "10923-16383", ""]);
         assert_eq!(balance(d(3, 0), &m), Balance::Balanced);

@@ -16,8 +16,9 @@ use crate::status::{Activity, EventSpec, FailureKind, Progress, StepFailure, tex
 /// Longest wait for one slot-migration batch.
 const MIGRATION_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Move slots between shard primaries: one batch of the minimal-move plan, whose transfers
-/// are independent (distinct sources and targets) and run concurrently.
+/// Move slots between shard primaries: up to a batch's worth of the minimal-move plan's
+/// transfers, run concurrently (key by key, with distinct sources and targets; atomically,
+/// one command per source for all its targets, a target importing from several sources).
 #[derive(Clone, Debug, PartialEq)]
 pub struct MigrateSlots {
     /// The transfers of the batch.
@@ -45,62 +46,49 @@ impl Act for MigrateSlots {
         Some(OperationView::Batch { routes })
     }
 
-    /// Runs the transfers of one migration batch concurrently.
+    /// Runs the transfers of one step concurrently: key by key, each on its own; atomically,
+    /// one `CLUSTER MIGRATESLOTS` per source for all its targets. Reports one event per kind
+    /// of outcome (moving, draining, failed), however many transfers the step has.
     async fn run(&self, actor: &Actor<'_>) -> Outcome {
         let pool = actor.pool;
-        let Self {
-            transfers,
-            by_key,
-            others,
-        } = self;
-        let by_key = *by_key;
-        let others: Vec<String> = others.iter().map(ToString::to_string).collect();
-        let results = futures::future::join_all(transfers.iter().map(|t| {
-            let others = &others;
-            async move {
-                let src = t.source.to_string();
-                let slots: Vec<u16> = t.ranges.iter().flat_map(|r| r.iter()).collect();
+        let by_key = self.by_key;
+        let others: Vec<String> = self.others.iter().map(ToString::to_string).collect();
+        let others = &others;
+        let results = futures::future::join_all(groups(&self.transfers, by_key).into_iter().map(
+            |group| async move {
+                let src = group[0].source.to_string();
+                let slots: Vec<u16> = group
+                    .iter()
+                    .flat_map(|t| t.ranges.iter().flat_map(|r| r.iter()))
+                    .collect();
                 let r = if by_key {
                     let opts = KeyMigrationOptions::default();
-                    let tgt = t.target.to_string();
+                    let tgt = group[0].target.to_string();
                     commands::migrate_slot_keys(pool, &src, &tgt, &slots, others, &opts)
                         .await
-                        .map(|keys| (t.slot_count(), Some(keys)))
+                        .map(|keys| (slots.len(), Some(keys)))
                 } else {
-                    // The slots move with their keys in one job: count them first (best effort).
+                    // The slots move with their keys: count them first (best effort).
                     let keys = commands::count_keys_in_slots(pool, &src, &slots).await.ok();
-                    let mv = [commands::AtomicMove {
-                        ranges: t.ranges.clone(),
-                        target_id: t.target_id.clone(),
-                    }];
-                    commands::migrate_slots_atomic(pool, &src, &mv, MIGRATION_TIMEOUT)
+                    let moves: Vec<commands::AtomicMove> = group
+                        .iter()
+                        .map(|t| commands::AtomicMove {
+                            ranges: t.ranges.clone(),
+                            target_id: t.target_id.clone(),
+                        })
+                        .collect();
+                    commands::migrate_slots_atomic(pool, &src, &moves, MIGRATION_TIMEOUT)
                         .await
                         .map(|n| (n, keys.filter(|_| n > 0)))
                 };
-                (t, r)
-            }
-        }))
+                (group, r)
+            },
+        ))
         .await;
         let mut out = Outcome::default();
         let mut moved = Moved::default();
-        for (t, r) in results {
-            let (what, ok_reason, failed_reason) = if t.draining {
-                ("draining", event::SLOTS_DRAINING, event::DRAIN_FAILED)
-            } else {
-                (
-                    "moving",
-                    event::SLOTS_REBALANCING,
-                    event::SLOT_REBALANCE_FAILED,
-                )
-            };
-            let route = format!(
-                "{} slots from shard {} ({}) to shard {} ({})",
-                t.slot_count(),
-                t.source_shard,
-                t.source,
-                t.target_shard,
-                t.target
-            );
+        let (mut moving, mut draining, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+        for (group, r) in results {
             match r {
                 Ok((slots, keys)) => {
                     out.acted |= slots > 0;
@@ -110,28 +98,49 @@ impl Act for MigrateSlots {
                         (a, b) => a.or(b),
                     };
                     if slots > 0 {
-                        out.events.push(EventSpec::normal(
-                            ok_reason,
-                            "MigrateSlots",
-                            format!("{what} {route}"),
-                        ));
+                        for t in group {
+                            let done = if t.draining { &mut draining } else { &mut moving };
+                            done.push(t.route());
+                        }
                     }
                 }
                 Err(e) => {
-                    warn!(source = %t.source, target = %t.target, error = %e, "slot migration failed");
-                    out.events.push(EventSpec::warning(
-                        failed_reason,
-                        "MigrateSlots",
-                        format!("{what} {route}: {e}"),
-                    ));
-                    out.failure = Some(StepFailure::new(
-                        FailureKind::RebalanceFailed,
-                        format!("{what} {route}: {e}"),
-                    ));
+                    let source = group[0].source;
+                    warn!(%source, error = %e, "slot migration failed");
+                    let routes: Vec<String> = group.iter().map(|t| t.route()).collect();
+                    failed.push((group[0].draining, text::list("transfers", &routes), e));
                 }
             }
         }
-        let routes: Vec<String> = transfers
+        for (routes, reason, what) in [
+            (moving, event::SLOTS_REBALANCING, "moving"),
+            (draining, event::SLOTS_DRAINING, "draining"),
+        ] {
+            if !routes.is_empty() {
+                out.events.push(EventSpec::normal(
+                    reason,
+                    "MigrateSlots",
+                    format!("{what} {}", text::list("transfers", &routes)),
+                ));
+            }
+        }
+        if let Some((drain, _, _)) = failed.first() {
+            let (what, reason) = if *drain {
+                ("draining", event::DRAIN_FAILED)
+            } else {
+                ("moving", event::SLOT_REBALANCE_FAILED)
+            };
+            let notes: Vec<String> = failed
+                .iter()
+                .map(|(_, routes, e)| format!("{routes}: {e}"))
+                .collect();
+            let note = format!("{what} {}", text::list("failures", &notes));
+            out.events
+                .push(EventSpec::warning(reason, "MigrateSlots", note.clone()));
+            out.failure = Some(StepFailure::new(FailureKind::RebalanceFailed, note));
+        }
+        let routes: Vec<String> = self
+            .transfers
             .iter()
             .map(|t| format!("shard {} -> {}", t.source_shard, t.target_shard))
             .collect();
@@ -142,6 +151,18 @@ impl Act for MigrateSlots {
         out.moved = Some(moved);
         out
     }
+}
+
+/// The transfers run together: key by key each alone, atomically those of one source.
+fn groups(transfers: &[Transfer], by_key: bool) -> Vec<Vec<&Transfer>> {
+    let mut groups: Vec<Vec<&Transfer>> = Vec::new();
+    for t in transfers {
+        match groups.iter_mut().find(|g| !by_key && g[0].source == t.source) {
+            Some(g) => g.push(t),
+            None => groups.push(vec![t]),
+        }
+    }
+    groups
 }
 
 /// Slots moving from one shard primary to another.
@@ -164,6 +185,18 @@ pub struct Transfer {
 }
 
 impl Transfer {
+    /// `N slots from shard S (addr) to shard T (addr)`.
+    fn route(&self) -> String {
+        format!(
+            "{} slots from shard {} ({}) to shard {} ({})",
+            self.slot_count(),
+            self.source_shard,
+            self.source,
+            self.target_shard,
+            self.target
+        )
+    }
+
     /// Number of slots.
     pub fn slot_count(&self) -> usize {
         self.ranges.iter().map(SlotRange::len).sum()
