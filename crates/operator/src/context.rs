@@ -9,7 +9,8 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tracing::warn;
 
 use crate::metrics::Metrics;
-use crate::status::{EventSpec, text};
+use crate::status::EventSpec;
+use crate::text;
 
 /// What every controller needs: the API client, an event recorder and the metrics.
 #[derive(Clone)]

@@ -14,6 +14,7 @@ mod run;
 pub mod scope;
 pub mod status;
 pub mod telemetry;
+pub mod text;
 
 pub use run::run_controllers;
 pub use scope::Scope;

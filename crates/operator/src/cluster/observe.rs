@@ -284,7 +284,7 @@ pub fn unreachable(topology: &Topology, pods: &[Pod]) -> Vec<String> {
         })
         .map(|m| {
             let error = m.error.as_deref().unwrap_or("no answer");
-            format!("{} ({})", m.pod, crate::status::text::clamp(error, 160))
+            format!("{} ({})", m.pod, crate::text::clamp(error, 160))
         })
         .collect();
     out.sort();

@@ -7,7 +7,7 @@ use valkey_api::status::OperationStatus;
 
 use super::plan::Balance;
 use super::steps::{Moved, OperationView, Step};
-use crate::status::text;
+use crate::text;
 
 /// What the operation of a pass is derived from.
 #[derive(Clone, Copy, Debug)]

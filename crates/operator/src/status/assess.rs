@@ -258,7 +258,7 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
             format!(
                 "the operator cannot reach pods that Kubernetes reports Ready: {}; check the pod \
                  network and any NetworkPolicy between the operator and the pods",
-                super::text::list("pods", &f.unreachable_pods)
+                crate::text::list("pods", &f.unreachable_pods)
             ),
         )
     } else if !formed.status {

@@ -64,7 +64,7 @@ pub fn merge(
                 type_: c.type_.to_owned(),
                 status: status.to_owned(),
                 reason: c.reason.to_owned(),
-                message: super::text::clamp(&c.message, super::text::CONDITION_MESSAGE_MAX),
+                message: crate::text::clamp(&c.message, crate::text::CONDITION_MESSAGE_MAX),
                 observed_generation: generation,
                 last_transition_time: ltt,
             }

@@ -5,7 +5,6 @@ pub mod assess;
 pub mod conditions;
 pub mod events;
 pub mod shard_restart;
-pub mod text;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use valkey_api::ValkeyClusterStatus;

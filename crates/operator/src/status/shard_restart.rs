@@ -144,7 +144,7 @@ pub fn shard_restart<'a>(
         .collect();
     Some(format!(
         "every copy of {} was down at once, so no server kept its keys in memory; {}",
-        super::text::list("shards", &shards),
+        crate::text::list("shards", &shards),
         files_keep(spec)
     ))
 }

@@ -189,7 +189,7 @@ fn drain_room(o: &Owners<'_>, plan: &RebalancePlan<i32>) -> Result<(), String> {
     let names: Vec<String> = draining.iter().map(ToString::to_string).collect();
     Err(format!(
         "{NOT_ENOUGH_MEMORY} shard(s) {}: they hold {}; shard {shard} would receive {} but has {} free under maxmemory ({} missing over the {} shards that stay); raise maxmemory in spec.config or keep {} shards",
-        crate::status::text::list("shards", &names),
+        crate::text::list("shards", &names),
         mib(held),
         mib(need),
         mib(free),

@@ -205,7 +205,7 @@ pub fn progress(nodes: &[ValkeyNode]) -> Option<String> {
     } else {
         format!(
             "rolling update: replacing {} ({waiting} more waiting)",
-            crate::status::text::list("nodes", &rolling)
+            crate::text::list("nodes", &rolling)
         )
     })
 }

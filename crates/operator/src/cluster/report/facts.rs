@@ -177,7 +177,7 @@ fn progress(s: &Stages<'_>) -> Option<Progress> {
                     let d: Vec<String> = draining.iter().map(ToString::to_string).collect();
                     format!(
                         "draining shard(s) {}: {remaining} slots still move",
-                        crate::status::text::list("shards", &d)
+                        crate::text::list("shards", &d)
                     )
                 },
             )),
@@ -373,8 +373,8 @@ mod tests {
         use crate::cluster::operation::{self, Pass};
         use crate::cluster::steps::{self, Step, Transfer};
         use crate::cluster::steps::{Reporting, TargetError, each_target};
-        use crate::status::text::{CONDITION_MESSAGE_MAX, EVENT_NOTE_MAX};
         use crate::status::{FailureKind, next_status, transition_events};
+        use crate::text::{CONDITION_MESSAGE_MAX, EVENT_NOTE_MAX};
         use valkey_api::labels;
         use valkey_ops::{Member, Topology};
 

@@ -11,7 +11,8 @@ use valkey_ops::commands::{self, KeyMigrationOptions};
 
 use super::{Act, Actor, OperationView, Moved, Outcome};
 use valkey_ops::SlotRange;
-use crate::status::{Activity, EventSpec, FailureKind, Progress, StepFailure, text};
+use crate::status::{Activity, EventSpec, FailureKind, Progress, StepFailure};
+use crate::text;
 
 /// Longest wait for one slot-migration batch.
 const MIGRATION_TIMEOUT: Duration = Duration::from_secs(60);

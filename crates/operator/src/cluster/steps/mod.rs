@@ -18,7 +18,8 @@ use valkey_ops::client::NodePool;
 use valkey_ops::commands::CommandError;
 
 use crate::bounded::map_in_order;
-use crate::status::{EventSpec, FailureKind, Progress, StepFailure, text};
+use crate::status::{EventSpec, FailureKind, Progress, StepFailure};
+use crate::text;
 
 /// Declares each step's module and the [`Step`] enum over the steps' types.
 macro_rules! steps {

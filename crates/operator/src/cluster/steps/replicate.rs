@@ -7,7 +7,8 @@ use valkey_api::status::event;
 use valkey_ops::commands;
 
 use super::{Act, Actor, Outcome, Reporting, TargetError, each_target};
-use crate::status::{Activity, FailureKind, Progress, text};
+use crate::status::{Activity, FailureKind, Progress};
+use crate::text;
 
 const REPORTING: Reporting = Reporting {
     action: "Replicate",
