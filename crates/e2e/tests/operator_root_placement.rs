@@ -393,7 +393,7 @@ async fn unsatisfiable_spread(client: &Client, t0: Instant) -> anyhow::Result<()
         .await?;
     wait_cluster_gone(client, name, Duration::from_secs(120)).await?;
     eprintln!(
-        "MEASURE {name} delete → ValkeyNodes, StatefulSets and pods gone: {:.1}s",
+        "MEASURE {name} delete → every object it owned gone: {:.1}s",
         deleted.elapsed().as_secs_f64()
     );
     Ok(())
@@ -563,26 +563,36 @@ async fn sidecar_without_exporter(
     Ok(())
 }
 
-/// Waits until every object labelled with cluster `name` (and its pods) is gone.
+/// Objects of kind `K` labelled with cluster `name`.
+async fn labelled<K>(client: &Client, lp: &ListParams) -> anyhow::Result<usize>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Ok(Api::<K>::namespaced(client.clone(), NS)
+        .list(lp)
+        .await?
+        .items
+        .len())
+}
+
+/// Waits until every object labelled with cluster `name` (and its pods) is gone: the
+/// garbage collector's deletions of its Secrets, Service, ConfigMap and PDB would otherwise
+/// fall into the idle minute.
 async fn wait_cluster_gone(client: &Client, name: &str, timeout: Duration) -> anyhow::Result<()> {
     let lp = ListParams::default().labels(&format!("valkey.io/cluster={name}"));
     let deadline = Instant::now() + timeout;
     loop {
-        let left = Api::<ValkeyNode>::namespaced(client.clone(), NS)
-            .list(&lp)
-            .await?
-            .items
-            .len()
-            + Api::<StatefulSet>::namespaced(client.clone(), NS)
-                .list(&lp)
-                .await?
-                .items
-                .len()
-            + Api::<Pod>::namespaced(client.clone(), NS)
-                .list(&lp)
-                .await?
-                .items
-                .len()
+        let left = labelled::<ValkeyNode>(client, &lp).await?
+            + labelled::<StatefulSet>(client, &lp).await?
+            + labelled::<Pod>(client, &lp).await?
+            + labelled::<Secret>(client, &lp).await?
+            + labelled::<Service>(client, &lp).await?
+            + labelled::<ConfigMap>(client, &lp).await?
+            + labelled::<PodDisruptionBudget>(client, &lp).await?
             + Api::<ValkeyCluster>::namespaced(client.clone(), NS)
                 .get_opt(name)
                 .await?
