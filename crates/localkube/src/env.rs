@@ -42,6 +42,9 @@ pub struct Options {
     pub node_pods: u32,
     /// Pod CIDR; by default a /24 slice of 10.244.0.0/16 unique on this machine.
     pub pod_cidr: Option<ipnet::Ipv4Net>,
+    /// Narrows the default /24 slice to this prefix length (25 to 30): fewer pod addresses,
+    /// so a released one serves another pod sooner (tests of address reuse).
+    pub pod_cidr_prefix: Option<u8>,
     /// Image table file (YAML/JSON, see [`runtime::images`]); the built-in table when `None`.
     pub image_table: Option<PathBuf>,
     /// State directory; a fresh temporary directory when `None`.
@@ -62,6 +65,7 @@ impl Default for Options {
             node_memory: "8Gi".to_string(),
             node_pods: 110,
             pod_cidr: None,
+            pod_cidr_prefix: None,
             image_table: None,
             dir: None,
         }
@@ -155,7 +159,12 @@ impl Env {
         let network = if with_pods {
             // A crashed run that held this slot may have left its bridge.
             let _ = runtime::cleanup_leftovers(&dir, &bridge);
-            let cidr = opts.pod_cidr.unwrap_or_else(|| slot.pod_cidr());
+            let cidr = opts.pod_cidr.unwrap_or_else(|| {
+                let slice = slot.pod_cidr();
+                opts.pod_cidr_prefix
+                    .and_then(|p| ipnet::Ipv4Net::new(slice.network(), p.clamp(24, 30)).ok())
+                    .unwrap_or(slice)
+            });
             // What every pod shares with the host, sized for as many pods as the nodes and
             // the CIDR (less its network, gateway and broadcast addresses) allow.
             let addresses = 1u64 << (32 - u32::from(cidr.prefix_len())).min(32);

@@ -2,6 +2,13 @@
 //! (one per test binary, or a CLI run) never share a bridge, a pod CIDR or a
 //! state directory. A slot is held by an exclusive `flock` for the lifetime
 //! of the environment and is released when its process exits, even by crash.
+//!
+//! Two environments on one slot would put two pods with the same IP on one bridge: a
+//! `CLUSTER MEET` then reaches a server of the other environment and merges two Valkey
+//! clusters. So the lock files live in `/run/lock` (where temp-directory cleaners do not
+//! reach; the temp directory only when that is not writable), and a slot whose bridge belongs
+//! to a live process is skipped even if its lock file was free (deleted under a running
+//! environment). A bridge whose owner died is a crashed run's: the new environment cleans it.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -18,8 +25,32 @@ pub struct Slot {
     _lock: Flock<File>,
 }
 
+/// Preferred home of the lock files: cleared at boot, like the locks.
+const RUN_LOCK_DIR: &str = "/run/lock/localkube-slots";
+
 fn lock_dir() -> PathBuf {
+    let run = PathBuf::from(RUN_LOCK_DIR);
+    if std::fs::create_dir_all(&run).is_ok() {
+        // World-writable like /run/lock itself: environments of other users share the slots.
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o1777));
+        if File::create(run.join(".probe")).is_ok() {
+            return run;
+        }
+    }
     std::env::temp_dir().join("localkube-slots")
+}
+
+/// Whether another live process owns slot `index`'s bridge (its lock file was deleted under
+/// it): taking the slot would put a second pod on each of its IPs.
+fn owned_elsewhere(index: u8) -> bool {
+    crate::runtime::network::bridge_owner(&bridge_name(index)).is_some_and(|pid| {
+        pid != std::process::id() && crate::runtime::pidfile::start_time(pid as i32).is_some()
+    })
+}
+
+fn bridge_name(index: u8) -> String {
+    format!("lkbr{index}")
 }
 
 impl Slot {
@@ -30,6 +61,13 @@ impl Slot {
         for index in 0..SLOTS {
             let file = File::create(dir.join(format!("{index}.lock")))?;
             if let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                if owned_elsewhere(index) {
+                    tracing::warn!(
+                        slot = index,
+                        "the slot's lock file was free but a live process owns its bridge; skipping it"
+                    );
+                    continue;
+                }
                 return Ok(Slot { index, _lock: lock });
             }
         }
@@ -41,16 +79,20 @@ impl Slot {
         let dir = lock_dir();
         std::fs::create_dir_all(&dir)?;
         let file = File::create(dir.join(format!("{index}.lock")))?;
-        Flock::lock(file, FlockArg::LockExclusiveNonblock)
-            .map(|lock| Slot { index, _lock: lock })
-            .map_err(|(_, e)| {
-                std::io::Error::other(format!("localkube slot {index} is in use: {e}"))
-            })
+        let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+            std::io::Error::other(format!("localkube slot {index} is in use: {e}"))
+        })?;
+        if owned_elsewhere(index) {
+            return Err(std::io::Error::other(format!(
+                "localkube slot {index} is in use: a live process owns its bridge"
+            )));
+        }
+        Ok(Slot { index, _lock: lock })
     }
 
     /// Bridge name of this slot's environment.
     pub fn bridge(&self) -> String {
-        format!("lkbr{}", self.index)
+        bridge_name(self.index)
     }
 
     /// Pod CIDR of this slot's environment.

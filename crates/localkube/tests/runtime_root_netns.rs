@@ -694,3 +694,43 @@ async fn root_netns_binaries_on_other_mounts_are_visible() {
     assert_eq!(st.code, Some(0), "{}", env.log("tool"));
     assert_eq!(env.log("tool"), "tool-ok x\n");
 }
+
+/// Two environments on one slot would put two pods on each IP of one bridge, and a
+/// `CLUSTER MEET` could then merge Valkey clusters of different environments. A slot whose lock
+/// file was deleted under a running environment (a temp-directory cleaner) is not taken
+/// again: its bridge names its live owner.
+#[tokio::test]
+async fn root_netns_a_slot_whose_bridge_has_a_live_owner_is_not_taken() {
+    require_root!();
+    // A network made here names this process as its owner.
+    let env = TestEnv::new();
+    assert_eq!(
+        localkube::runtime::network::bridge_owner(&env.bridge),
+        Some(std::process::id())
+    );
+    drop(env);
+
+    // Slot 249's bridge, owned by another live process (pid 1), its lock file free.
+    let index = 249u8;
+    let bridge = format!("lkbr{index}");
+    let ip = |args: &[&str]| {
+        std::process::Command::new("ip")
+            .args(args)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if ip(&["link", "show", "dev", &bridge]) {
+        eprintln!("skipped: {bridge} exists (an environment uses slot {index})");
+        return;
+    }
+    assert!(ip(&["link", "add", "name", &bridge, "type", "bridge"]));
+    let aliased = ip(&["link", "set", "dev", &bridge, "alias", "localkube-owner:1"]);
+    let taken = localkube::slot::Slot::acquire_index(index);
+    ip(&["link", "del", "dev", &bridge]);
+    assert!(aliased);
+    let err = taken.expect_err("the slot of a live owner was taken");
+    assert!(err.to_string().contains("owns its bridge"), "{err}");
+    // Once the bridge is gone the slot is free again.
+    assert!(localkube::slot::Slot::acquire_index(index).is_ok());
+}

@@ -77,6 +77,26 @@ struct State {
     torn_down: bool,
 }
 
+/// Alias of a bridge naming the process that created it (see [`bridge_owner`]).
+const OWNER_ALIAS_PREFIX: &str = "localkube-owner:";
+
+fn owner_alias() -> String {
+    format!("{OWNER_ALIAS_PREFIX}{}", std::process::id())
+}
+
+/// The pid of the process that created `bridge` (from its alias), if the bridge exists.
+pub fn bridge_owner(bridge: &str) -> Option<u32> {
+    let out = ip(&["-o", "link", "show", "dev", bridge]).ok()?;
+    let words: Vec<&str> = out.split_whitespace().collect();
+    words
+        .windows(2)
+        .find(|w| w[0] == "alias")?
+        .get(1)?
+        .strip_prefix(OWNER_ALIAS_PREFIX)?
+        .parse()
+        .ok()
+}
+
 impl Network {
     /// Creates the bridge with the gateway address and makes sure bridged traffic is not
     /// dropped by iptables (when `br_netfilter` is loaded). Fails with
@@ -108,6 +128,7 @@ impl Network {
                 "dev",
                 br,
             ])?;
+            ip(&["link", "set", "dev", br, "alias", &owner_alias()])?;
             ip(&["link", "set", "dev", br, "up"])?;
             Ok::<_, RuntimeError>(())
         })();
@@ -204,6 +225,20 @@ impl Network {
             "up",
         ])?;
         ip(&["-n", ns, "link", "set", "dev", "lo", "up"])?;
+        // The MAC follows from the IP (as CNI bridge plugins derive it): a recycled address
+        // keeps its MAC, so the host's and other pods' neighbour caches stay right for it.
+        // A new MAC would leave them pointing at the deleted veth until they expire (tens of
+        // seconds without a route to the new pod).
+        ip(&[
+            "-n",
+            ns,
+            "link",
+            "set",
+            "dev",
+            "eth0",
+            "address",
+            &pod_mac(sb.ip),
+        ])?;
         ip(&[
             "-n",
             ns,
@@ -352,6 +387,13 @@ fn bridge_mac(bridge: &str) -> String {
     )
 }
 
+/// The MAC of the pod at `ip`: `0a:58:` and the address's four bytes (locally administered,
+/// unicast, never a bridge's `02:` MAC).
+fn pod_mac(ip: Ipv4Addr) -> String {
+    let [a, b, c, d] = ip.octets();
+    format!("0a:58:{a:02x}:{b:02x}:{c:02x}:{d:02x}")
+}
+
 /// 64-bit FNV-1a: a stable hash for derived interface names.
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -448,6 +490,7 @@ mod tests {
         assert!(netns_name("lkbr", "").is_err());
         let mac = bridge_mac("lkbr");
         assert!(mac.starts_with("02:") && mac.len() == 17);
+        assert_eq!(pod_mac(Ipv4Addr::new(10, 244, 3, 17)), "0a:58:0a:f4:03:11");
     }
 
     #[test]
