@@ -126,8 +126,13 @@ pub fn plan_batches(
     let current: std::collections::BTreeMap<String, valkey_ops::slots::SlotSet> =
         owned.iter().cloned().collect();
     let targets: std::collections::BTreeSet<String> = targets.iter().cloned().collect();
-    let plan =
-        valkey_ops::slot_plan::plan_rebalance(&current, &targets, max_slots_per_batch).unwrap();
+    let plan = valkey_ops::slot_plan::plan_rebalance(
+        &current,
+        &targets,
+        max_slots_per_batch,
+        valkey_ops::slot_plan::Batching::Independent,
+    )
+    .unwrap();
     plan.batches
         .into_iter()
         .map(|b| {

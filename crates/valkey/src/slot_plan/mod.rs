@@ -6,4 +6,4 @@ pub mod rebalance;
 
 pub use initial::{assign_unassigned, initial_assignment};
 pub use plan_error::PlanError;
-pub use rebalance::{RebalancePlan, SlotMove, minimum_moves, plan_rebalance};
+pub use rebalance::{Batching, RebalancePlan, SlotMove, minimum_moves, plan_rebalance};

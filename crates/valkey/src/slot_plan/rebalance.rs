@@ -7,9 +7,11 @@
 //! once, directly from its current owner to its final owner (a drained shard's quota is 0).
 //! A source gives the highest slots it owns, so the slots it keeps stay contiguous.
 //!
-//! The moves are cut into batches: a batch holds at most `max_slots_per_batch` slots and at
-//! most one move per source shard and per target shard, so the moves of a batch are
-//! independent and can run in parallel.
+//! The moves are cut into batches of at most `max_slots_per_batch` slots, in one of two ways
+//! ([`Batching`]): with at most one move per source shard and per target shard (key-by-key
+//! migration, where each move is its own loop of `MIGRATE` calls), or in plan order with any
+//! number of moves per shard (atomic slot migration, where one target imports from several
+//! sources at once and one source exports to several targets).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -34,6 +36,17 @@ impl<K> SlotMove<K> {
     }
 }
 
+/// How [`plan_rebalance`] cuts its moves into batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batching {
+    /// At most one move per source and per target in a batch: the moves of a batch are
+    /// independent (key-by-key `MIGRATE`, one slot at a time per pair).
+    Independent,
+    /// The moves in plan order, any number per source and target (atomic slot migration,
+    /// Valkey 9.0+): a shard added to 64 receives from all 64 in one batch.
+    Concurrent,
+}
+
 /// Result of [`plan_rebalance`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RebalancePlan<K> {
@@ -41,7 +54,7 @@ pub struct RebalancePlan<K> {
     pub quotas: BTreeMap<K, usize>,
     /// Whole moves, one per (source, target) pair.
     pub moves: Vec<SlotMove<K>>,
-    /// The same slots cut into batches of independent moves, to run in order.
+    /// The same slots cut into batches (see [`Batching`]), to run in order.
     pub batches: Vec<Vec<SlotMove<K>>>,
 }
 
@@ -113,11 +126,13 @@ pub fn minimum_moves<K: Ord + Clone>(
 }
 
 /// Plans the moves that balance the slots of `current` (a partition of all slots by shard key)
-/// over the shards `targets` (±1), with the fewest moved slots; see the module docs.
+/// over the shards `targets` (±1), with the fewest moved slots, in batches of at most
+/// `max_slots_per_batch` slots cut as `batching` says; see the module docs.
 pub fn plan_rebalance<K: Ord + Clone>(
     current: &BTreeMap<K, SlotSet>,
     targets: &BTreeSet<K>,
     max_slots_per_batch: usize,
+    batching: Batching,
 ) -> Result<RebalancePlan<K>, PlanError> {
     if max_slots_per_batch == 0 {
         return Err(PlanError::ZeroBatchSize);
@@ -162,7 +177,10 @@ pub fn plan_rebalance<K: Ord + Clone>(
         }
     }
 
-    let batches = batch_moves(&moves, max_slots_per_batch);
+    let batches = match batching {
+        Batching::Independent => batch_moves(&moves, max_slots_per_batch),
+        Batching::Concurrent => concurrent_batches(&moves, max_slots_per_batch),
+    };
     Ok(RebalancePlan {
         quotas,
         moves,
@@ -212,11 +230,47 @@ pub fn batch_moves<K: Ord + Clone>(
     batches
 }
 
+/// Cuts `moves`, in order, into batches of exactly `max_slots` slots (the last one fewer),
+/// splitting a move across two batches where it does not fit (its lowest slots first).
+pub fn concurrent_batches<K: Clone>(
+    moves: &[SlotMove<K>],
+    max_slots: usize,
+) -> Vec<Vec<SlotMove<K>>> {
+    let max_slots = max_slots.max(1);
+    let mut batches = Vec::new();
+    let mut batch = Vec::new();
+    let mut budget = max_slots;
+    for m in moves {
+        let mut rest = m.slots.clone();
+        while !rest.is_empty() {
+            let chunk = rest.lowest(budget);
+            budget -= chunk.len();
+            rest = rest.difference(&chunk);
+            batch.push(SlotMove {
+                source: m.source.clone(),
+                target: m.target.clone(),
+                slots: chunk,
+            });
+            if budget == 0 {
+                batches.push(std::mem::take(&mut batch));
+                budget = max_slots;
+            }
+        }
+    }
+    if !batch.is_empty() {
+        batches.push(batch);
+    }
+    batches
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::slot_plan::initial::initial_assignment;
     use proptest::prelude::*;
+
+    /// Batching of the example tests.
+    const B: Batching = Batching::Independent;
 
     fn from_ranges(ranges: &[SlotRange]) -> BTreeMap<u8, SlotSet> {
         ranges
@@ -248,7 +302,7 @@ mod tests {
     #[test]
     fn scale_out_3_to_4() {
         let cur = from_ranges(&initial_assignment(3).unwrap());
-        let plan = plan_rebalance(&cur, &targets(&[0, 1, 2, 3]), 16384).unwrap();
+        let plan = plan_rebalance(&cur, &targets(&[0, 1, 2, 3]), 16384, B).unwrap();
         assert_eq!(plan.moved_slots(), 4096);
         assert!(plan.quotas.values().all(|q| *q == 4096));
         // Each old shard gives its highest slots to the new shard 3, so it keeps one range.
@@ -278,7 +332,7 @@ mod tests {
     #[test]
     fn scale_in_4_to_3_sends_drained_slots_straight_to_final_owners() {
         let cur = from_ranges(&initial_assignment(4).unwrap());
-        let plan = plan_rebalance(&cur, &targets(&[0, 1, 2]), 100_000).unwrap();
+        let plan = plan_rebalance(&cur, &targets(&[0, 1, 2]), 100_000, B).unwrap();
         assert_eq!(plan.moved_slots(), 4096);
         assert!(plan.moves.iter().all(|m| m.source == 3));
         assert_eq!(
@@ -295,7 +349,7 @@ mod tests {
     #[test]
     fn balanced_cluster_needs_nothing() {
         let cur = from_ranges(&initial_assignment(5).unwrap());
-        let plan = plan_rebalance(&cur, &targets(&[0, 1, 2, 3, 4]), 10).unwrap();
+        let plan = plan_rebalance(&cur, &targets(&[0, 1, 2, 3, 4]), 10, B).unwrap();
         assert!(plan.is_empty());
         assert!(plan.batches.is_empty());
     }
@@ -303,7 +357,7 @@ mod tests {
     #[test]
     fn batches_are_bounded_and_independent() {
         let cur = from_ranges(&initial_assignment(2).unwrap());
-        let plan = plan_rebalance(&cur, &targets(&[0, 1, 2, 3, 4, 5]), 1000).unwrap();
+        let plan = plan_rebalance(&cur, &targets(&[0, 1, 2, 3, 4, 5]), 1000, B).unwrap();
         for b in &plan.batches {
             assert!(b.iter().map(|m| m.slots.len()).sum::<usize>() <= 1000);
         }
@@ -312,26 +366,49 @@ mod tests {
     }
 
     #[test]
+    fn concurrent_batches_take_every_source_at_once() {
+        let cur = from_ranges(&initial_assignment(64).unwrap());
+        let plan = plan_rebalance(&cur, &(0..65).collect(), 4096, Batching::Concurrent).unwrap();
+        assert_eq!(plan.batches.len(), 1);
+        let sources: BTreeSet<u8> = plan.batches[0].iter().map(|m| m.source).collect();
+        assert_eq!(sources.len(), 64);
+        assert!(plan.batches[0].iter().all(|m| m.target == 64));
+    }
+
+    #[test]
+    fn concurrent_batches_split_a_move_that_does_not_fit() {
+        let cur = from_ranges(&initial_assignment(2).unwrap());
+        let plan =
+            plan_rebalance(&cur, &targets(&[0, 1, 2, 3]), 3000, Batching::Concurrent).unwrap();
+        let sizes: Vec<Vec<usize>> = plan
+            .batches
+            .iter()
+            .map(|b| b.iter().map(|m| m.slots.len()).collect())
+            .collect();
+        assert_eq!(sizes, [vec![3000], vec![1096, 1904], vec![2192]]);
+    }
+
+    #[test]
     fn rejects_bad_inputs() {
         let cur = from_ranges(&initial_assignment(2).unwrap());
         assert_eq!(
-            plan_rebalance(&cur, &targets(&[]), 10),
+            plan_rebalance(&cur, &targets(&[]), 10, B),
             Err(PlanError::NoShards)
         );
         assert_eq!(
-            plan_rebalance(&cur, &targets(&[0]), 0),
+            plan_rebalance(&cur, &targets(&[0]), 0, B),
             Err(PlanError::ZeroBatchSize)
         );
         let mut overlap = cur.clone();
         overlap.get_mut(&1).unwrap().insert(0);
         assert_eq!(
-            plan_rebalance(&overlap, &targets(&[0]), 10),
+            plan_rebalance(&overlap, &targets(&[0]), 10, B),
             Err(PlanError::OverlappingOwnership(0))
         );
         let mut missing = cur.clone();
         missing.get_mut(&1).unwrap().remove(16383);
         assert_eq!(
-            plan_rebalance(&missing, &targets(&[0]), 10),
+            plan_rebalance(&missing, &targets(&[0]), 10, B),
             Err(PlanError::UnassignedSlots(1))
         );
     }
@@ -399,11 +476,13 @@ mod tests {
             keep in proptest::collection::vec(any::<bool>(), 8),
             new_shards in 0u8..4,
             max_batch in prop_oneof![1usize..50, 50usize..5000, Just(16384usize)],
+            concurrent in any::<bool>(),
         ) {
             let mut tgt: BTreeSet<u8> = cur.keys().copied().filter(|k| keep[usize::from(*k)]).collect();
             tgt.extend((0..new_shards).map(|i| 100 + i));
             prop_assume!(!tgt.is_empty());
-            let plan = plan_rebalance(&cur, &tgt, max_batch).unwrap();
+            let batching = if concurrent { Batching::Concurrent } else { Batching::Independent };
+            let plan = plan_rebalance(&cur, &tgt, max_batch, batching).unwrap();
 
             // fewest moves: equals the brute-force optimum over quota choices
             prop_assert_eq!(plan.moved_slots(), brute_force_minimum(&cur, &tgt));
@@ -413,13 +492,20 @@ mod tests {
             let mut moved = SlotSet::new();
             let mut batched = 0;
             let mut owner = cur.clone();
-            for b in &plan.batches {
+            for (i, b) in plan.batches.iter().enumerate() {
                 prop_assert!(!b.is_empty());
-                prop_assert!(b.iter().map(|m| m.slots.len()).sum::<usize>() <= max_batch);
-                let srcs: BTreeSet<u8> = b.iter().map(|m| m.source).collect();
-                let tgts: BTreeSet<u8> = b.iter().map(|m| m.target).collect();
-                prop_assert_eq!(srcs.len(), b.len());
-                prop_assert_eq!(tgts.len(), b.len());
+                let size: usize = b.iter().map(|m| m.slots.len()).sum();
+                prop_assert!(size <= max_batch);
+                if concurrent {
+                    // Full batches, in as few steps as the slots allow.
+                    prop_assert!(size == max_batch || i + 1 == plan.batches.len());
+                } else {
+                    // Independent moves: one per source and one per target.
+                    let srcs: BTreeSet<u8> = b.iter().map(|m| m.source).collect();
+                    let tgts: BTreeSet<u8> = b.iter().map(|m| m.target).collect();
+                    prop_assert_eq!(srcs.len(), b.len());
+                    prop_assert_eq!(tgts.len(), b.len());
+                }
                 for m in b {
                     prop_assert!(moved.is_disjoint(&m.slots), "slot moved twice");
                     moved = moved.union(&m.slots);
@@ -447,8 +533,12 @@ mod tests {
                 }
             }
 
+            if concurrent {
+                prop_assert_eq!(plan.batches.len(), plan.moved_slots().div_ceil(max_batch));
+            }
+
             // re-planning from the final state moves nothing
-            let again = plan_rebalance(&owner, &tgt, max_batch).unwrap();
+            let again = plan_rebalance(&owner, &tgt, max_batch, batching).unwrap();
             prop_assert!(again.is_empty());
         }
 
@@ -456,7 +546,7 @@ mod tests {
         fn replanning_midway_moves_only_what_is_left(cur in ownership(), extra in 1u8..3, cut in 0usize..8) {
             let mut tgt: BTreeSet<u8> = cur.keys().copied().collect();
             tgt.extend((0..extra).map(|i| 100 + i));
-            let plan = plan_rebalance(&cur, &tgt, 500).unwrap();
+            let plan = plan_rebalance(&cur, &tgt, 500, B).unwrap();
             let mut owner = cur.clone();
             let done = cut.min(plan.batches.len());
             let mut moved = 0;
@@ -464,20 +554,22 @@ mod tests {
                 apply(&mut owner, b);
                 moved += b.iter().map(|m| m.slots.len()).sum::<usize>();
             }
-            let rest = plan_rebalance(&owner, &tgt, 500).unwrap();
+            let rest = plan_rebalance(&owner, &tgt, 500, B).unwrap();
             prop_assert_eq!(rest.moved_slots() + moved, plan.moved_slots());
         }
 
-        /// The operator's loop: plan, run the first batch's moves from one source, observe,
-        /// plan again. Each slot changes owner at most once, the total is the minimum, and it
-        /// ends balanced — for scale-out, scale-in (drain) and both at once.
+        /// The operator's loops: plan, run the first batch (key by key: its moves from one
+        /// source), observe, plan again. Each slot changes owner at most once, the total is
+        /// the minimum, and it ends balanced — for scale-out, scale-in (drain) and both at once.
         #[test]
         fn replanning_after_every_move_moves_each_slot_once(
             cur in ownership(),
             keep in proptest::collection::vec(any::<bool>(), 8),
             extra in 0u8..3,
             max_batch in 1usize..5000,
+            concurrent in any::<bool>(),
         ) {
+            let batching = if concurrent { Batching::Concurrent } else { Batching::Independent };
             let mut tgt: BTreeSet<u8> = cur
                 .keys()
                 .zip(&keep)
@@ -491,11 +583,14 @@ mod tests {
             let mut moved_count: BTreeMap<u16, usize> = BTreeMap::new();
             let mut total = 0;
             for _ in 0..20_000 {
-                let plan = plan_rebalance(&owner, &tgt, max_batch).unwrap();
+                let plan = plan_rebalance(&owner, &tgt, max_batch, batching).unwrap();
                 let Some(batch) = plan.batches.first() else { break };
                 let source = batch[0].source;
-                let step: Vec<SlotMove<u8>> =
-                    batch.iter().filter(|m| m.source == source).cloned().collect();
+                let step: Vec<SlotMove<u8>> = batch
+                    .iter()
+                    .filter(|m| concurrent || m.source == source)
+                    .cloned()
+                    .collect();
                 for m in &step {
                     for slot in m.slots.iter() {
                         *moved_count.entry(slot).or_default() += 1;
@@ -504,7 +599,7 @@ mod tests {
                 }
                 apply(&mut owner, &step);
             }
-            prop_assert!(plan_rebalance(&owner, &tgt, max_batch).unwrap().is_empty());
+            prop_assert!(plan_rebalance(&owner, &tgt, max_batch, batching).unwrap().is_empty());
             prop_assert!(moved_count.values().all(|&n| n == 1));
             prop_assert_eq!(total, minimum);
             let (lo, hi) = (16384 / tgt.len(), 16384usize.div_ceil(tgt.len()));

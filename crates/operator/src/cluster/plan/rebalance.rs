@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use valkey_ops::slot_plan::{RebalancePlan, plan_rebalance};
+use valkey_ops::slot_plan::{Batching, RebalancePlan, plan_rebalance};
 use valkey_ops::topology::{known_by, owned_slots};
 use valkey_ops::{Layout, Member, SLOT_COUNT, SlotSet, Topology};
 
@@ -106,7 +106,12 @@ pub fn balance(layout: Layout, topology: &Topology) -> Balance {
         Ok(o) => o,
         Err(e) => return Balance::Blocked(e),
     };
-    match plan_rebalance(&o.current, &o.targets, REBALANCE_BATCH_SLOTS) {
+    match plan_rebalance(
+        &o.current,
+        &o.targets,
+        REBALANCE_BATCH_SLOTS,
+        Batching::Concurrent,
+    ) {
         Ok(plan) if plan.is_empty() => Balance::Balanced,
         Ok(plan) => match drain_room(&o, &plan) {
             Ok(()) => Balance::Moving {
@@ -244,14 +249,18 @@ pub fn rebalance_step(layout: Layout, topology: &Topology) -> Option<Step> {
     }
     let o = owners(layout, topology).ok()?;
     let by_key = !atomic(&o.primary);
-    let batch_slots = if by_key {
-        KEY_MIGRATION_BATCH_SLOTS
+    // Key by key, a batch's moves have distinct sources and targets (each is its own loop of
+    // MIGRATE calls). Atomic migration lets a target import from several sources at once and
+    // a source export to several targets in one command: a shard added to 64 receives from
+    // all 64 in one step, not in 64.
+    let (batch_slots, batching) = if by_key {
+        (KEY_MIGRATION_BATCH_SLOTS, Batching::Independent)
     } else {
-        REBALANCE_BATCH_SLOTS
+        (REBALANCE_BATCH_SLOTS, Batching::Concurrent)
     };
-    let plan = plan_rebalance(&o.current, &o.targets, batch_slots).ok()?;
+    let plan = plan_rebalance(&o.current, &o.targets, batch_slots, batching).ok()?;
     drain_room(&o, &plan).ok()?;
-    let moves = step_moves(plan, by_key, batch_slots);
+    let moves = plan.batches.into_iter().next().unwrap_or_default();
     let transfers: Vec<Transfer> = moves
         .iter()
         .filter_map(|m| {
@@ -285,32 +294,6 @@ pub fn rebalance_step(layout: Layout, topology: &Topology) -> Option<Step> {
     })
 }
 
-/// The moves of one step. Key by key, one batch of the plan (its moves have distinct sources
-/// and targets). Atomic migration lets a target import from several sources at once and a
-/// source export to several targets in one command, so a step takes the plan's moves in
-/// order up to `batch_slots` slots: a shard added to 64 receives from all 64 in one step,
-/// not in 64.
-fn step_moves(
-    plan: RebalancePlan<i32>,
-    by_key: bool,
-    batch_slots: usize,
-) -> Vec<valkey_ops::slot_plan::SlotMove<i32>> {
-    let mut batches = plan.batches.into_iter();
-    if by_key {
-        return batches.next().unwrap_or_default();
-    }
-    let mut total = 0;
-    let mut moves = Vec::new();
-    for m in batches.flatten() {
-        if total > 0 && total + m.slots.len() > batch_slots {
-            break;
-        }
-        total += m.slots.len();
-        moves.push(m);
-    }
-    moves
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::testworld::*;
@@ -320,13 +303,22 @@ mod tests {
         Layout { shards, replicas }
     }
 
-    /// Four one-node shards (primaries 1, 3, 5, 7) owning `slots`.
+    /// Four one-node shards (primaries 1, 3, 5, 7) owning `slots`, on Valkey 9.1.
     fn four_shards(slots: [&'static str; 4]) -> Topology {
+        four_shards_on(slots, "9.1.0")
+    }
+
+    /// [`four_shards`] with every server on `version`.
+    fn four_shards_on(slots: [&'static str; 4], version: &str) -> Topology {
         let mut n = vec![node(1, 0, 0), node(3, 1, 0), node(5, 2, 0), node(7, 3, 0)];
         for (node, s) in n.iter_mut().zip(slots) {
             node.slots = s;
         }
-        world(&n, &[1, 3, 5, 7])
+        let mut m = members(&world(&n, &[1, 3, 5, 7]));
+        for m in &mut m {
+            m.view.as_mut().expect("view").version = Some(version.parse().expect("version"));
+        }
+        Topology::new(m)
     }
 
     fn counts(t: &Topology, shards: i32) -> Vec<usize> {
@@ -365,11 +357,17 @@ mod tests {
             panic!("expected migration, got {:?}", rebalance_step(d(3, 0), &m))
         };
         assert!(!by_key);
-        assert_eq!(transfers.len(), 1);
-        let t = &transfers[0];
-        assert!(t.source == addr(1) || t.source == addr(3));
-        assert_eq!((t.target_id.as_str(), t.target_shard), (id(5).as_str(), 2));
-        assert!(t.slot_count() > 0 && t.slot_count() <= REBALANCE_BATCH_SLOTS);
+        // One step takes a full batch: 2731 slots from one source, the rest of the 4096 from
+        // the other.
+        let sources: Vec<_> = transfers.iter().map(|t| t.source).collect();
+        assert_eq!(sources, [addr(1), addr(3)]);
+        for t in &transfers {
+            assert_eq!((t.target_id.as_str(), t.target_shard), (id(5).as_str(), 2));
+        }
+        assert_eq!(
+            transfers.iter().map(Transfer::slot_count).sum::<usize>(),
+            REBALANCE_BATCH_SLOTS
+        );
         // The others know the new primary, but it does not know them yet: wait.
         let mut mm = members(&m);
         mm[2].view = members(&world(&n, &[])).remove(2).view;
@@ -395,17 +393,10 @@ mod tests {
             transfers.iter().map(Transfer::slot_count).sum::<usize>(),
             4096
         );
-        let mut n = vec![node(1, 0, 0), node(3, 1, 0), node(5, 2, 0), node(7, 3, 0)];
-        n[0].slots = "0-5461";
-        n[1].slots = "5462-10922";
-        n[2].slots = "10923-16383";
-        let mut mm = members(&world(&n, &[1, 3, 5, 7]));
-        for m in &mut mm {
-            m.view.as_mut().expect("view").version = Some("8.0.1".parse().expect("version"));
-        }
+        let m = four_shards_on(["0-5461", "5462-10922", "10923-16383", ""], "8.0.1");
         let Some(Step::MigrateSlots(steps::MigrateSlots {
             transfers, by_key, ..
-        })) = rebalance_step(d(4, 0), &Topology::new(mm))
+        })) = rebalance_step(d(4, 0), &m)
         else {
             panic!("expected migration")
         };
