@@ -1,5 +1,6 @@
 //! The `valkey-operator` library: pure renderers of the Kubernetes objects and the controllers.
 
+pub mod api_client;
 pub mod backoff;
 pub mod bounded;
 pub mod cluster;

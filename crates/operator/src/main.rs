@@ -154,8 +154,10 @@ async fn shutdown_signal() {
 /// Connects, serves the HTTP endpoints, waits until both CRDs are Established, then runs both
 /// controllers (with `--leader-elect`: only while holding the Lease) until SIGTERM/SIGINT.
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = Client::try_default()
+    let config = kube::Config::infer()
         .await
+        .context("reading the Kubernetes client configuration (kubeconfig or in-cluster)")?;
+    let client = valkey_operator::api_client::client(config)
         .context("building a Kubernetes client (kubeconfig or in-cluster)")?;
     let shutdown = shutdown_signal().boxed().shared();
     let metrics = Arc::new(Metrics::new());
