@@ -44,6 +44,11 @@ pub const TLS_TOGGLE_MESSAGE: &str = "spec.networking.tls cannot be turned on or
      you want, then move your clients and data to it (the certificate itself can be rotated \
      at any time by updating the Secret)";
 
+/// Message: per-shard disruption budgets on shards without replicas.
+pub const SHARD_PDB_NEEDS_REPLICAS_MESSAGE: &str = "spec.podDisruptionBudget.mode Shard needs \
+     spec.replicas of 1 or more: a shard without a replica would let a node drain evict every \
+     shard at once. Add replicas, or use mode Cluster (one pod at a time)";
+
 /// A Valkey cluster (cluster mode): `shards` primaries, each with `replicas` replicas, with
 /// slot allocation, failovers, rolling updates and ACLs managed by the operator.
 // kube printcolumn attributes repeat `type_ = ...`, which this lint misreads.
@@ -69,6 +74,7 @@ pub const TLS_TOGGLE_MESSAGE: &str = "spec.networking.tls cannot be turned on or
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("!has(self.persistence) || self.workloadType == 'StatefulSet'").message(PERSISTENCE_REQUIRES_STATEFULSET_MESSAGE))]
 #[x_kube(validation = kube::core::Rule::new("has(self.persistence) == has(oldSelf.persistence)").message(PERSISTENCE_ADD_REMOVE_MESSAGE))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.podDisruptionBudget) || !has(self.podDisruptionBudget.mode) || self.podDisruptionBudget.mode != 'Shard' || (has(self.replicas) && self.replicas >= 1)").message(SHARD_PDB_NEEDS_REPLICAS_MESSAGE))]
 #[x_kube(validation = kube::core::Rule::new("(has(self.networking) && has(self.networking.tls)) == (has(oldSelf.networking) && has(oldSelf.networking.tls))").message(TLS_TOGGLE_MESSAGE))]
 pub struct ValkeyClusterSpec {
     /// Valkey container image. Defaults to `valkey/valkey:9.0.0`. Graceful primary handoff on
@@ -148,7 +154,8 @@ pub struct ValkeyClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistence: Option<PersistenceSpec>,
 
-    /// PodDisruptionBudget management. Omitted means `mode: Cluster`.
+    /// PodDisruptionBudget management: one for the cluster (the default), one per shard, or
+    /// none. Omitted means `mode: Cluster`.
     #[serde(default)]
     pub pod_disruption_budget: PodDisruptionBudgetSpec,
 
@@ -270,9 +277,9 @@ impl ValkeyClusterSpec {
         self.exporter.enabled
     }
 
-    /// Whether the operator manages a PodDisruptionBudget.
+    /// Whether the operator manages PodDisruptionBudgets (one for the cluster or one per shard).
     pub fn pdb_enabled(&self) -> bool {
-        self.pod_disruption_budget.mode == PdbMode::Cluster
+        self.pod_disruption_budget.mode != PdbMode::Disabled
     }
 
     /// Name of the TLS certificate Secret when TLS is enabled.

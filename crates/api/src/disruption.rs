@@ -8,8 +8,13 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct PodDisruptionBudgetSpec {
     /// `Cluster` (default): the operator owns one PodDisruptionBudget with `maxUnavailable: 1`
-    /// selecting all pods of the cluster. `Disabled`: the operator deletes its
-    /// PodDisruptionBudget and does not recreate it (use when it is managed externally).
+    /// selecting all pods of the cluster: a node drain evicts one Valkey pod at a time.
+    /// `Shard`: one PodDisruptionBudget per shard (`valkey-<cluster>-shard-<n>`), each with
+    /// `maxUnavailable: 1`: a drain may evict pods of different shards in parallel, never two
+    /// of one shard (needs `replicas` of 1 or more: a shard without a replica would be
+    /// evicted whole). `Disabled`: the operator deletes its PodDisruptionBudgets and does not
+    /// recreate them (use when they are managed externally). Switching between `Cluster` and
+    /// `Shard` creates the new budgets before it deletes the old ones.
     #[serde(default)]
     pub mode: PdbMode,
 }
@@ -20,6 +25,8 @@ pub enum PdbMode {
     /// One cluster-wide PodDisruptionBudget owned by the operator.
     #[default]
     Cluster,
+    /// One PodDisruptionBudget per shard owned by the operator.
+    Shard,
     /// No PodDisruptionBudget from the operator.
     Disabled,
 }

@@ -171,6 +171,10 @@ fn cases() -> Vec<Case> {
             json!({"shards": 1, "podDisruptionBudget": {"mode": "Disabled"}}),
         ),
         ok(
+            "pdb-per-shard",
+            json!({"shards": 3, "replicas": 1, "podDisruptionBudget": {"mode": "Shard"}}),
+        ),
+        ok(
             "node-primaries-required-pods-preferred",
             sched(json!({"node": spread("Disabled", "Required", "Preferred")})),
         ),
@@ -293,6 +297,16 @@ fn cases() -> Vec<Case> {
             "grace-period-negative",
             json!({"shards": 1, "terminationGracePeriodSeconds": -5}),
             "should be greater than or equal to 1",
+        ),
+        bad(
+            "pdb-per-shard-without-replicas",
+            json!({"shards": 3, "podDisruptionBudget": {"mode": "Shard"}}),
+            cluster::SHARD_PDB_NEEDS_REPLICAS_MESSAGE,
+        ),
+        bad(
+            "pdb-per-shard-replicas-zero",
+            json!({"shards": 3, "replicas": 0, "podDisruptionBudget": {"mode": "Shard"}}),
+            cluster::SHARD_PDB_NEEDS_REPLICAS_MESSAGE,
         ),
         bad(
             "persistence-with-deployment",

@@ -24,6 +24,17 @@
 //!    Event the test writes 5 s before the end of the window are both seen.
 //! 6. A pod-template change on the zone-spread StatefulSet cluster rolls its three pods one at
 //!    a time; it returns to Ready and the pods are still in three zones.
+//! 7. The node-spread cluster (3 × 1, each shard's pods on two nodes) switches
+//!    `podDisruptionBudget.mode` from `Cluster` to `Shard`: every pod stays covered by a budget
+//!    throughout (the per-shard budgets exist before the cluster's one goes). Then a drain, as
+//!    `kubectl drain` does it (every node cordoned, so an evicted pod's replacement waits):
+//!    a replica of shard 0 and one of shard 1 (on different nodes) are evicted together;
+//!    shard 0's other pod, its last copy, is refused (429). Once the nodes are uncordoned (the
+//!    other zones first, so shard 0's evicted replica comes back in another zone) and the
+//!    cluster is Ready again, back to `Cluster`.
+//! 8. Zone awareness, on the same cluster: every server's `availability-zone` is the
+//!    `topology.kubernetes.io/zone` of its pod's node, and the server of the replica that came
+//!    back in another zone follows it.
 
 mod support;
 
@@ -478,6 +489,250 @@ async fn rolling_update_keeps_zone_spread(client: &Client) -> anyhow::Result<()>
     check_zones(client, name).await
 }
 
+/// The PodDisruptionBudgets of cluster `name` (by its label).
+async fn budgets_of(client: &Client, name: &str) -> anyhow::Result<Vec<PodDisruptionBudget>> {
+    Ok(Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+        .list(&cluster_lp(name))
+        .await?
+        .items)
+}
+
+/// Pods of `pods` that no budget of `pdbs` selects.
+fn uncovered(pods: &[Pod], pdbs: &[PodDisruptionBudget]) -> Vec<String> {
+    pods.iter()
+        .filter(|p| {
+            let labels = p.metadata.labels.clone().unwrap_or_default();
+            !pdbs.iter().any(|b| {
+                b.spec
+                    .as_ref()
+                    .and_then(|s| s.selector.as_ref()?.match_labels.as_ref())
+                    .is_some_and(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)))
+            })
+        })
+        .map(name_of)
+        .collect()
+}
+
+/// Switches `podDisruptionBudget.mode` of the node-spread cluster to `mode`, checking every
+/// 50 ms that each pod is covered, until its budgets are exactly `want` and each allows one
+/// disruption (the disruption controller counted the healthy pods).
+async fn switch_budgets(client: &Client, mode: &str, want: &[String]) -> anyhow::Result<()> {
+    let name = NODE_SPREAD;
+    let patch = serde_json::json!({"spec": {"podDisruptionBudget": {"mode": mode}}});
+    Api::<ValkeyCluster>::namespaced(client.clone(), NS)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let started = Instant::now();
+    loop {
+        let (pods, pdbs) = (
+            pods_of(client, name).await?,
+            budgets_of(client, name).await?,
+        );
+        let bare = uncovered(&pods, &pdbs);
+        ensure!(
+            bare.is_empty(),
+            "switching to {mode}: pods without a budget {:.2}s in: {bare:?}",
+            started.elapsed().as_secs_f64()
+        );
+        let names: BTreeSet<String> = pdbs.iter().map(kube::ResourceExt::name_any).collect();
+        let settled = names == want.iter().cloned().collect()
+            && pdbs.iter().all(|p| {
+                p.status
+                    .as_ref()
+                    .is_some_and(|s| s.disruptions_allowed == Some(1))
+            });
+        if settled {
+            eprintln!(
+                "MEASURE {name} budgets switched to {mode} in {:.1}s, every pod covered throughout",
+                started.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "switching to {mode}: budgets {names:?} after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Scenario 7: per-shard budgets let drains of different shards proceed together and refuse
+/// the eviction of a shard's last copy.
+async fn shard_budgets_allow_parallel_drains(
+    client: &Client,
+    bounded: &Client,
+) -> anyhow::Result<()> {
+    let name = NODE_SPREAD;
+    let shard_budgets: Vec<String> = (0..3).map(|s| format!("valkey-{name}-shard-{s}")).collect();
+    switch_budgets(client, "Shard", &shard_budgets).await?;
+    let pods_api: Api<Pod> = Api::namespaced(bounded.clone(), NS);
+    let replica_of = |roles: Vec<(String, String, String)>| {
+        roles
+            .into_iter()
+            .find(|(_, _, role)| role == "slave")
+            .map(|(pod, _, _)| pod)
+    };
+    let r0 =
+        replica_of(shard_roles(client, name, 0, PW).await?).context("shard 0 has no replica")?;
+    let r1 =
+        replica_of(shard_roles(client, name, 1, PW).await?).context("shard 1 has no replica")?;
+    let zones = node_zones(client).await?;
+    let r0_pod = pods_api.get(&r0).await?;
+    let r0_zone = node_of(&r0_pod).and_then(|n| zones.get(&n).cloned());
+    cordon_all(client, true, |_| true).await?;
+    let drained = drain_two_shards(client, &pods_api, &r0, &r1, &shard_budgets[0]).await;
+    // Zones other than r0's first: its replacement starts in another zone.
+    let other_zone = |n: &str| zones.get(n) != r0_zone.as_ref();
+    cordon_all(client, false, other_zone).await?;
+    let placed = wait_scheduled(&pods_api, &r0, r0_pod.metadata.uid.as_deref()).await;
+    cordon_all(client, false, |_| true).await?;
+    drained?;
+    placed?;
+    wait_ready(client, name, 3, Duration::from_secs(180)).await?;
+    // 8. Every server's availability-zone is its node's zone, r0's replacement's included.
+    let started = Instant::now();
+    let moved = loop {
+        let servers = zones_of_servers(client, name).await?;
+        let pods = pods_of(client, name).await?;
+        let wrong: Vec<String> = pods
+            .iter()
+            .filter(|p| {
+                let node_zone = node_of(p).and_then(|n| zones.get(&n).cloned());
+                node_zone.is_none() || servers.get(&name_of(p)) != node_zone.as_ref()
+            })
+            .map(name_of)
+            .collect();
+        if wrong.is_empty() {
+            break servers.get(&r0).cloned();
+        }
+        ensure!(
+            started.elapsed() < Duration::from_secs(30),
+            "availability-zone differs from the node's zone on {wrong:?}: {servers:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    ensure!(
+        moved != r0_zone,
+        "{r0} did not move out of {r0_zone:?}: the zone check proves less than it says"
+    );
+    eprintln!(
+        "MEASURE {name} availability-zone matches every pod's node; {r0} moved {r0_zone:?} -> {moved:?}, its server followed within {:.1}s of Ready",
+        started.elapsed().as_secs_f64()
+    );
+    switch_budgets(client, "Cluster", &[format!("valkey-{name}")]).await
+}
+
+/// Pod name → `CONFIG GET availability-zone` of its server (as `_operator`).
+async fn zones_of_servers(client: &Client, name: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let pw = system_operator_password(client, name).await?;
+    let mut out = BTreeMap::new();
+    for p in pods_of(client, name).await? {
+        let Some(ip) = pod_ip(&p) else { continue };
+        let Ok(mut c) = node_conn(&ip, "_operator", &pw).await else {
+            continue;
+        };
+        let v: Vec<String> = query_cmd(&mut c, &["CONFIG", "GET", "availability-zone"]).await?;
+        if let Some(z) = v.get(1).filter(|z| !z.is_empty()) {
+            out.insert(name_of(&p), z.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Waits (up to 60 s) until pod `name`, another one than `old_uid`, is scheduled to a node.
+async fn wait_scheduled(pods: &Api<Pod>, name: &str, old_uid: Option<&str>) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let pod = pods.get_opt(name).await?;
+        let new = pod
+            .as_ref()
+            .filter(|p| p.metadata.uid.as_deref() != old_uid);
+        if new.and_then(node_of).is_some() {
+            return Ok(());
+        }
+        ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "{name} not scheduled after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Marks the nodes `which` selects (by name) unschedulable (`kubectl cordon`) or schedulable
+/// again.
+async fn cordon_all(
+    client: &Client,
+    cordon: bool,
+    which: impl Fn(&str) -> bool,
+) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let patch = serde_json::json!({"spec": {"unschedulable": cordon}});
+    for n in nodes.list(&ListParams::default()).await? {
+        let node = kube::ResourceExt::name_any(&n);
+        if which(&node) {
+            nodes
+                .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Evicts replicas `r0` (shard 0) and `r1` (shard 1) together, then shard 0's other pod,
+/// which its budget `budget0` must refuse.
+async fn drain_two_shards(
+    client: &Client,
+    pods_api: &Api<Pod>,
+    r0: &str,
+    r1: &str,
+    budget0: &str,
+) -> anyhow::Result<()> {
+    let name = NODE_SPREAD;
+    let node = |p: &str| {
+        let pods_api = pods_api.clone();
+        let p = p.to_owned();
+        async move { anyhow::Ok(node_of(&pods_api.get(&p).await?)) }
+    };
+    let (n0, n1) = (node(r0).await?, node(r1).await?);
+    let evict = |p: String| {
+        let pods_api = pods_api.clone();
+        async move { pods_api.evict(&p, &Default::default()).await }
+    };
+    // Two drains of different shards, together.
+    let (e0, e1) = tokio::join!(evict(r0.to_owned()), evict(r1.to_owned()));
+    e0.with_context(|| format!("evicting {r0} (shard 0, node {n0:?})"))?;
+    e1.with_context(|| format!("evicting {r1} (shard 1, node {n1:?})"))?;
+    eprintln!("[{name}] evicted {r0} ({n0:?}) and {r1} ({n1:?}) together");
+    // Shard 0's other pod is its last copy now: refused.
+    let last = pods_of(client, name)
+        .await?
+        .into_iter()
+        .filter(|p| shard_of(p).is_ok_and(|s| s == "0") && name_of(p) != r0)
+        .map(|p| name_of(&p))
+        .next()
+        .context("shard 0's other pod")?;
+    let asked = Instant::now();
+    match evict(last.clone()).await {
+        Err(kube::Error::Api(s)) if s.code == 429 => eprintln!(
+            "[{name}] evicting {last}, shard 0's last copy, refused ({:.1}s, 4 tries): {}",
+            asked.elapsed().as_secs_f64(),
+            s.message
+        ),
+        other => {
+            let budget = Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+                .get(budget0)
+                .await?;
+            let pod = pods_api.get_opt(&last).await?;
+            bail!(
+                "evicting {last}, shard 0's last copy, was not refused: {other:?}\nits budget: {:?}\nthe pod: {:?}",
+                budget.status,
+                pod.and_then(|p| p.status).map(|s| s.conditions)
+            )
+        }
+    }
+    Ok(())
+}
+
 /// Scenario 4 (second half): exporter disabled, a busybox sidecar from `spec.containers`.
 async fn sidecar_without_exporter(
     client: &Client,
@@ -879,6 +1134,14 @@ async fn operator_root_spread_exporter_sidecar_and_idle() -> anyhow::Result<()> 
     // 6. A rolling update of a StatefulSet cluster (zone spread 1×2): every pod is replaced one
     //    at a time, the cluster returns to Ready and the zone spread still holds.
     rolling_update_keeps_zone_spread(&client).await?;
+    // 7. Per-shard disruption budgets on the node-spread cluster (after 6: the drain cordons
+    //    every node).
+    // Evictions through the operator's own client: kube's default one retries a refused
+    // eviction (429) for about five minutes; this one gives up after three tries.
+    let kubeconfig = kube::config::Kubeconfig::read_from(fx.env.kubeconfig_path())?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    let bounded = valkey_operator::api_client::client(config)?;
+    shard_budgets_allow_parallel_drains(&client, &bounded).await?;
 
     let text = fx.metrics();
     ensure!(text.contains("valkey_operator_reconciles_total{controller=\"valkeycluster\"}"));

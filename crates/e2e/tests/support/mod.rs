@@ -977,7 +977,7 @@ pub async fn shard_roles_with(
 
 /// Kinds and names of the objects of cluster `name` that still exist: its ValkeyNodes,
 /// StatefulSets, Deployments and pods (by label), Service, ConfigMap, Secrets and
-/// PodDisruptionBudget (by name). Empty once all are gone. PersistentVolumeClaims are not
+/// PodDisruptionBudgets (by label). Empty once all are gone. PersistentVolumeClaims are not
 /// included (their fate depends on the reclaim policy).
 pub async fn objects_left(client: &Client, name: &str) -> anyhow::Result<Vec<String>> {
     use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -1027,8 +1027,8 @@ pub async fn objects_left(client: &Client, name: &str) -> anyhow::Result<Vec<Str
             left.push(n("Secret", &o.metadata));
         }
     }
-    if let Some(o) = Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
-        .get_opt(&svc)
+    for o in Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+        .list(&lp)
         .await?
     {
         left.push(n("PodDisruptionBudget", &o.metadata));

@@ -232,6 +232,65 @@ async fn apply_or_delete<K>(
     }
 }
 
+/// Applies the desired PodDisruptionBudgets, then, only once every one of them is in place,
+/// deletes those of `owned` that [`retired_pdbs`] allows.
+async fn apply_pdbs(
+    client: &Client,
+    ns: &str,
+    desired: &[PodDisruptionBudget],
+    owned: &[PodDisruptionBudget],
+    pods: &[Pod],
+    report: &mut ApplyReport,
+) {
+    let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    let child = Child::PodDisruptionBudget;
+    let mut all_applied = true;
+    for want in desired {
+        let name = want.name_any();
+        let seen = owned.iter().find(|p| p.name_any() == name);
+        let r = apply(&api, want, seen, child.exact()).await;
+        all_applied &= r.is_ok();
+        report.record(child, &name, r);
+    }
+    if !all_applied {
+        return;
+    }
+    for name in retired_pdbs(desired, owned, pods) {
+        let r = delete(&api, &name).await;
+        report.deleted(child, &name, r);
+    }
+}
+
+/// The budgets of `owned` to delete: those not `desired` whose pods a desired budget covers
+/// (switching between one budget for the cluster and one per shard never leaves a pod
+/// unprotected, and a removed shard keeps its budget until its pods are gone), or all of
+/// them when none is desired (mode Disabled).
+pub fn retired_pdbs(
+    desired: &[PodDisruptionBudget],
+    owned: &[PodDisruptionBudget],
+    pods: &[Pod],
+) -> Vec<String> {
+    let selects = |pdb: &PodDisruptionBudget, pod: &Pod| {
+        let labels = pod.labels();
+        pdb.spec
+            .as_ref()
+            .and_then(|s| s.selector.as_ref()?.match_labels.as_ref())
+            .is_some_and(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)))
+    };
+    owned
+        .iter()
+        .filter(|o| desired.iter().all(|d| d.name_any() != o.name_any()))
+        .filter(|o| {
+            desired.is_empty()
+                || pods
+                    .iter()
+                    .filter(|p| selects(o, p))
+                    .all(|p| desired.iter().any(|d| selects(d, p)))
+        })
+        .map(|o| o.name_any())
+        .collect()
+}
+
 /// What applying the children of a pass did.
 #[derive(Debug, Default)]
 pub struct ApplyReport {
@@ -277,7 +336,7 @@ impl ApplyReport {
             Ok(true) if child == Child::PodDisruptionBudget => self.events.push(EventSpec::normal(
                 event::PDB_DELETED,
                 "Delete",
-                format!("deleted {name} (mode Disabled)"),
+                format!("deleted {name} (no longer wanted by podDisruptionBudget.mode)"),
             )),
             Ok(true) if child == Child::NetworkPolicy => self.events.push(EventSpec::normal(
                 event::NETWORK_POLICY_DELETED,
@@ -312,8 +371,8 @@ impl ApplyReport {
 }
 
 /// Applies every child of `desired` in the namespace `ns` (in order: Secrets, Service,
-/// ConfigMap, PodDisruptionBudget, NetworkPolicy, config-check pods, ValkeyNodes), and deletes
-/// the PodDisruptionBudget and the NetworkPolicy when they are no longer desired. Failures are reported, not returned: the pass goes on.
+/// ConfigMap, PodDisruptionBudgets, NetworkPolicy, config-check pods, ValkeyNodes), and deletes
+/// the PodDisruptionBudgets and the NetworkPolicy no longer desired. Failures are reported, not returned: the pass goes on.
 pub async fn apply_all(
     client: &Client,
     ns: &str,
@@ -361,9 +420,33 @@ pub async fn apply_all(
     )
     .await;
     report.record(child, &desired.config_map.name_any(), r);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
-    let (want, seen) = (desired.pdb.as_ref(), observed.pdb.as_ref());
-    apply_or_delete(&pdbs, Child::PodDisruptionBudget, want, seen, &mut report).await;
+    // The cluster's own budgets only: a user's PodDisruptionBudget that carries the cluster's
+    // label is not ours to delete.
+    let owner: Vec<&str> = desired
+        .service
+        .owner_references()
+        .iter()
+        .map(|o| o.uid.as_str())
+        .collect();
+    let owned: Vec<PodDisruptionBudget> = observed
+        .pdbs
+        .iter()
+        .filter(|p| {
+            p.owner_references()
+                .iter()
+                .any(|o| owner.contains(&o.uid.as_str()))
+        })
+        .cloned()
+        .collect();
+    apply_pdbs(
+        client,
+        ns,
+        &desired.pdbs,
+        &owned,
+        &observed.pods,
+        &mut report,
+    )
+    .await;
     let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
     let (want, seen) = (
         desired.network_policy.as_ref(),
@@ -403,6 +486,46 @@ const NODE_WRITES_IN_FLIGHT: usize = 16;
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn budgets(v: serde_json::Value) -> Vec<PodDisruptionBudget> {
+        let spec: valkey_api::ValkeyClusterSpec = serde_json::from_value(v).expect("spec");
+        crate::render::pdb::pod_disruption_budgets("c", "ns", &spec, None)
+    }
+
+    fn pods(shards: i32) -> Vec<Pod> {
+        (0..shards)
+            .flat_map(|s| (0..2).map(move |i| (s, i)))
+            .map(|(s, i)| {
+                let mut p = Pod::default();
+                p.metadata.labels = Some(crate::render::names::node_labels("c", s, i));
+                p
+            })
+            .collect()
+    }
+
+    #[test]
+    fn budgets_are_retired_only_once_others_cover_their_pods() {
+        let cluster = budgets(json!({"shards": 3, "replicas": 1}));
+        let shard = |n: i32| {
+            budgets(json!({"shards": n, "replicas": 1, "podDisruptionBudget": {"mode": "Shard"}}))
+        };
+        // Cluster -> Shard and back: the old budgets go once the new ones are applied.
+        assert_eq!(retired_pdbs(&shard(3), &cluster, &pods(3)), ["valkey-c"]);
+        assert_eq!(
+            retired_pdbs(&cluster, &shard(3), &pods(3)),
+            ["valkey-c-shard-0", "valkey-c-shard-1", "valkey-c-shard-2"]
+        );
+        // 3 -> 2 shards: shard 2's budget stays while its pods (draining) exist.
+        assert!(retired_pdbs(&shard(2), &shard(3), &pods(3)).is_empty());
+        assert_eq!(
+            retired_pdbs(&shard(2), &shard(3), &pods(2)),
+            ["valkey-c-shard-2"]
+        );
+        // Disabled: every budget goes.
+        assert_eq!(retired_pdbs(&[], &cluster, &pods(3)), ["valkey-c"]);
+        // Steady: nothing.
+        assert!(retired_pdbs(&shard(3), &shard(3), &pods(3)).is_empty());
+    }
 
     #[test]
     fn a_forbidden_write_says_what_to_grant() {

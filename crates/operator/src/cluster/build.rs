@@ -53,8 +53,9 @@ pub struct Desired {
     pub service: Service,
     /// The `valkey.conf` ConfigMap.
     pub config_map: ConfigMap,
-    /// The PodDisruptionBudget, `None` when disabled (an existing one is deleted).
-    pub pdb: Option<PodDisruptionBudget>,
+    /// The PodDisruptionBudgets of `podDisruptionBudget.mode` (none when disabled; those it
+    /// owns and does not list are deleted).
+    pub pdbs: Vec<PodDisruptionBudget>,
     /// The NetworkPolicy, `None` when not enabled (an existing one is deleted).
     pub network_policy: Option<NetworkPolicy>,
     /// A ValkeyNode per position of the layout, with its current workload revision (none
@@ -105,7 +106,7 @@ pub fn build(
         ),
         service: render::service::service(&name, &ns, owner.clone()),
         config_map: render::valkey_conf::config_map(&name, &ns, spec, owner.clone()),
-        pdb: render::pdb::pod_disruption_budget(&name, &ns, spec, owner.clone()),
+        pdbs: render::pdb::pod_disruption_budgets(&name, &ns, spec, owner.clone()),
         network_policy: render::network_policy::network_policy(&name, &ns, spec, owner),
         nodes,
         acl: (

@@ -140,6 +140,7 @@ async fn cluster_pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action
         topology: &observed.topology,
         tls: tls.files(&effective),
         acl_content: Some(desired.acl.0.content.as_str()),
+        zones: live::zones_to_set(&effective.spec, &observed.pod_zones),
     };
     let (pool, shared) = (&observed.pool, &ctx.shared);
     let live = live::apply_live(pool, &nodes_api, shared, live_input, &Time(now)).await;

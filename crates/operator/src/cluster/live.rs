@@ -7,10 +7,15 @@
 //! - the ACL file (users, passwords, permissions) loaded with `ACL LOAD` once the mounted
 //!   Secret shows the expected revision (on Valkey versions whose `ACL LOAD` crashes a replica,
 //!   applied user by user with `ACL SETUSER`/`ACL DELUSER` instead): `ACLApplied` (`PendingPropagation` until then);
+//! - `availability-zone` (Valkey 8.0+) set to the zone of the Kubernetes node the pod runs on
+//!   (`topology.kubernetes.io/zone`), so zone-aware clients read from their own zone; it
+//!   follows a pod that moves, needs no restart and is left alone when `spec.config` sets it;
 //! - the TLS certificate, key and CA bundle reloaded with `CONFIG SET tls-cert-file ...` (same
 //!   paths: the server re-reads the files) once the mounted Secret has the new files:
 //!   `TLSCertificateApplied`, verified by reading the certificate the pod serves from a TLS
 //!   handshake (`PendingPropagation` until the pod serves the Secret's certificate).
+
+use std::collections::BTreeMap;
 
 use crate::bounded::map_in_order;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -278,7 +283,30 @@ pub struct Input<'a> {
     /// The ACL file the pods should have loaded (applied user by user where `ACL LOAD` is
     /// unsafe, see `acl_load_unsafe`).
     pub acl_content: Option<&'a str>,
+    /// Pod name → zone of its Kubernetes node, to set as `availability-zone`; `None` when the
+    /// user sets it.
+    pub zones: Option<&'a BTreeMap<String, String>>,
 }
+
+/// The server setting naming the node's zone (Valkey 8.0+).
+pub const AVAILABILITY_ZONE: &str = "availability-zone";
+
+/// The pods' zones the operator sets as their servers' `availability-zone`: none when the
+/// user sets `availability-zone` in `spec.config` (theirs wins).
+pub fn zones_to_set<'a>(
+    spec: &valkey_api::ValkeyClusterSpec,
+    pod_zones: &'a BTreeMap<String, String>,
+) -> Option<&'a BTreeMap<String, String>> {
+    let user_set = spec
+        .config
+        .iter()
+        .flatten()
+        .any(|(k, _)| k.eq_ignore_ascii_case(AVAILABILITY_ZONE));
+    (!user_set).then_some(pod_zones)
+}
+
+/// First version with `availability-zone`.
+const ZONES_SINCE: Version = Version::new(8, 0, 0);
 
 /// Applies the live settings, the ACL and the TLS files of every ValkeyNode in `desired` to
 /// its reachable pod, records `LiveConfigApplied`, `ACLApplied` and `TLSCertificateApplied` on
@@ -328,6 +356,7 @@ async fn live_node(
         topology,
         tls,
         acl_content,
+        zones,
         ..
     } = input;
     let Some(want) = desired.iter().find(|d| d.name_any() == node.name_any()) else {
@@ -357,10 +386,13 @@ async fn live_node(
         .map(|m| m.addr.to_string());
     let addr = addr.as_deref();
 
-    live_config(pool, w, &mut node, want, &previously, addr).await;
-    let version = topology
-        .at(node.spec.shard_index, node.spec.node_index)
-        .and_then(|m| m.view.as_ref()?.version);
+    let member = topology.at(node.spec.shard_index, node.spec.node_index);
+    let version = member.and_then(|m| m.view.as_ref()?.version);
+    let zone = member
+        .filter(|_| version.is_some_and(|v| v >= ZONES_SINCE))
+        .and_then(|m| zones?.get(&m.pod))
+        .map(String::as_str);
+    live_config(pool, w, &mut node, want, &previously, addr, zone).await;
     let acl = want.spec.acl_hash.as_deref().map(|revision| AclFile {
         content: acl_content.unwrap_or_default(),
         revision,
@@ -379,7 +411,8 @@ struct Writer<'a> {
 }
 
 /// The user's live settings on `node`'s server (`CONFIG SET`); a live key the user removed
-/// (`previously` set) returns to Valkey's default. Records `LiveConfigApplied` and the keys.
+/// (`previously` set) returns to Valkey's default; `zone` becomes its `availability-zone`.
+/// Records `LiveConfigApplied` and the keys.
 async fn live_config(
     pool: &NodePool,
     w: &Writer<'_>,
@@ -387,6 +420,7 @@ async fn live_config(
     want: &ValkeyNode,
     previously: &[String],
     addr: Option<&str>,
+    zone: Option<&str>,
 ) {
     let Writer { api, shared, now } = *w;
     let user_keys: Vec<&str> = want
@@ -397,7 +431,8 @@ async fn live_config(
         .flatten()
         .map(|(k, _)| k.as_str())
         .collect();
-    let params = live_settings(want.spec.config.live.as_ref(), previously);
+    let mut params = live_settings(want.spec.config.live.as_ref(), previously);
+    params.extend(zone.map(|z| (AVAILABILITY_ZONE, z)));
     let config = match addr {
         _ if params.is_empty() => LiveState::Applied,
         None => LiveState::Unobserved,
@@ -683,6 +718,18 @@ mod tests {
 
     fn at(s: i64) -> Time {
         Time(Timestamp::from_second(s).expect("time"))
+    }
+
+    #[test]
+    fn zones_are_set_unless_the_user_sets_availability_zone() {
+        let zones = BTreeMap::from([("p".to_owned(), "zone-a".to_owned())]);
+        let spec = |v: serde_json::Value| -> valkey_api::ValkeyClusterSpec {
+            serde_json::from_value(v).expect("spec")
+        };
+        let plain = spec(serde_json::json!({"shards": 1}));
+        assert_eq!(zones_to_set(&plain, &zones), Some(&zones));
+        let own = spec(serde_json::json!({"shards": 1, "config": {"Availability-Zone": "x"}}));
+        assert_eq!(zones_to_set(&own, &zones), None);
     }
 
     #[test]

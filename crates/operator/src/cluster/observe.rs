@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
@@ -56,8 +56,8 @@ pub struct Observed {
     pub service: Option<Service>,
     /// The `valkey.conf` ConfigMap.
     pub config_map: Option<ConfigMap>,
-    /// The PodDisruptionBudget.
-    pub pdb: Option<PodDisruptionBudget>,
+    /// The cluster's PodDisruptionBudgets (by its label).
+    pub pdbs: Vec<PodDisruptionBudget>,
     /// The NetworkPolicy.
     pub network_policy: Option<NetworkPolicy>,
     /// The cluster's ValkeyNodes.
@@ -83,6 +83,9 @@ pub struct Observed {
     pub pod_ips: BTreeSet<IpAddr>,
     /// IP → name of the cluster's pods being deleted that still run (see [`terminating`]).
     pub terminating: BTreeMap<IpAddr, String>,
+    /// Pod name → the `topology.kubernetes.io/zone` of its Kubernetes node (see
+    /// [`pod_zones`]); empty when the operator may not read nodes.
+    pub pod_zones: BTreeMap<String, String>,
 }
 
 impl Observed {
@@ -119,10 +122,11 @@ pub async fn observe(
         .get_opt(&names::config_map_name(&name))
         .await
         .map_err(read("the ConfigMap"))?;
-    let pdb = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
-        .get_opt(&names::pdb_name(&name))
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
+        .list(&lp)
         .await
-        .map_err(read("the PodDisruptionBudget"))?;
+        .map_err(read("PodDisruptionBudgets"))?
+        .items;
     let network_policy = Api::<NetworkPolicy>::namespaced(client.clone(), &ns)
         .get_opt(&names::network_policy_name(&name))
         .await;
@@ -164,17 +168,19 @@ pub async fn observe(
 
     let passwords =
         render::secrets::system_passwords(&[system_secret.as_ref(), system_backup_secret.as_ref()]);
+    let pod_zones = pod_zones(client, &pods).await;
     let pool = ctx.pool(key, &passwords.operator, tls_ca.as_deref());
     let topology = observe_topology(&pool, positions(&pods)).await;
     Ok(Observed {
         pod_ips: pod_ips(&pods),
         terminating: terminating(&pods),
+        pod_zones,
         system_secret,
         system_backup_secret,
         acl_secret,
         service,
         config_map,
-        pdb,
+        pdbs,
         network_policy,
         nodes,
         pods,
@@ -186,6 +192,37 @@ pub async fn observe(
         topology,
         pool,
     })
+}
+
+/// Label of a Kubernetes node naming its zone.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// Pod name → the zone of the Kubernetes node it runs on (`topology.kubernetes.io/zone`), one
+/// node read per distinct node. Pods not scheduled yet, nodes without the label and nodes the
+/// operator may not read (no `get` on nodes: zone awareness is then off) are left out.
+async fn pod_zones(client: &kube::Client, pods: &[Pod]) -> BTreeMap<String, String> {
+    let api: Api<Node> = Api::all(client.clone());
+    let mut zones: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for pod in pods {
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            continue;
+        };
+        if !zones.contains_key(&node) {
+            let zone = match api.get_opt(&node).await {
+                Ok(n) => n.and_then(|n| n.labels().get(ZONE_LABEL).cloned()),
+                Err(e) => {
+                    tracing::debug!(%node, error = %e, "cannot read the node's zone");
+                    None
+                }
+            };
+            zones.insert(node.clone(), zone);
+        }
+        if let Some(Some(zone)) = zones.get(&node) {
+            out.insert(pod.name_any(), zone.clone());
+        }
+    }
+    out
 }
 
 /// Shard and node index of a pod, from its labels.

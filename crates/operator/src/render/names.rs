@@ -46,9 +46,14 @@ pub fn acl_secret_name(cluster: &str) -> String {
     format!("valkey-{cluster}-acl")
 }
 
-/// PodDisruptionBudget of a cluster: `valkey-<cluster>`.
+/// PodDisruptionBudget of a cluster (mode Cluster): `valkey-<cluster>`.
 pub fn pdb_name(cluster: &str) -> String {
     format!("valkey-{cluster}")
+}
+
+/// PodDisruptionBudget of one shard (mode Shard): `valkey-<cluster>-shard-<shard>`.
+pub fn shard_pdb_name(cluster: &str, shard_index: i32) -> String {
+    format!("valkey-{cluster}-shard-{shard_index}")
 }
 
 /// Metadata of a child object `name` of `cluster` in `namespace`: the cluster's labels and
@@ -150,6 +155,7 @@ mod tests {
         assert_eq!(system_secret_name("c"), "valkey-c-system");
         assert_eq!(acl_secret_name("c"), "valkey-c-acl");
         assert_eq!(pdb_name("c"), "valkey-c");
+        assert_eq!(shard_pdb_name("c", 3), "valkey-c-shard-3");
         assert_eq!(valkey_node_name("c", 2, 1), "c-2-1");
         assert_eq!(workload_name("c-2-1"), "valkey-c-2-1");
         assert_eq!(pvc_name("c-2-1"), "valkey-c-2-1-data");

@@ -1,47 +1,99 @@
-//! The PodDisruptionBudget `valkey-<cluster>` (mode Cluster: `maxUnavailable: 1` over all pods).
+//! The PodDisruptionBudgets of a cluster: `valkey-<cluster>` over all pods (mode Cluster), or
+//! `valkey-<cluster>-shard-<n>` over each shard's pods (mode Shard), each `maxUnavailable: 1`.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use valkey_api::ValkeyClusterSpec;
+use valkey_api::disruption::PdbMode;
 
 use super::names;
 
-/// The cluster's PodDisruptionBudget, or `None` when `podDisruptionBudget.mode` is Disabled
-/// (the caller then deletes an existing one).
-pub fn pod_disruption_budget(
+/// The cluster's PodDisruptionBudgets for `podDisruptionBudget.mode` (none when Disabled; the
+/// caller deletes those it owns that are not listed, once these are applied).
+pub fn pod_disruption_budgets(
     cluster: &str,
     namespace: &str,
     spec: &ValkeyClusterSpec,
     owner: Option<OwnerReference>,
-) -> Option<PodDisruptionBudget> {
-    spec.pdb_enabled().then(|| PodDisruptionBudget {
-        metadata: names::child_meta(names::pdb_name(cluster), cluster, namespace, owner),
+) -> Vec<PodDisruptionBudget> {
+    let budget = |name: String, selector: BTreeMap<String, String>| PodDisruptionBudget {
+        metadata: names::child_meta(name, cluster, namespace, owner.clone()),
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(1)),
             selector: Some(LabelSelector {
-                match_labels: Some(names::cluster_selector(cluster)),
+                match_labels: Some(selector),
                 ..Default::default()
             }),
             ..Default::default()
         }),
         ..Default::default()
-    })
+    };
+    match spec.pod_disruption_budget.mode {
+        PdbMode::Cluster => vec![budget(
+            names::pdb_name(cluster),
+            names::cluster_selector(cluster),
+        )],
+        PdbMode::Shard => (0..spec.shards.max(0))
+            .map(|s| {
+                budget(
+                    names::shard_pdb_name(cluster, s),
+                    names::shard_selector(cluster, s),
+                )
+            })
+            .collect(),
+        PdbMode::Disabled => Vec::new(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn spec(v: serde_json::Value) -> ValkeyClusterSpec {
+        serde_json::from_value(v).unwrap()
+    }
+
     #[test]
     fn pdb_snapshot_and_disabled() {
-        let s: ValkeyClusterSpec =
-            serde_json::from_value(serde_json::json!({"shards": 1})).unwrap();
-        insta::assert_yaml_snapshot!(pod_disruption_budget("c", "ns", &s, None));
-        let s: ValkeyClusterSpec = serde_json::from_value(
-            serde_json::json!({"shards": 1, "podDisruptionBudget": {"mode": "Disabled"}}),
-        )
-        .unwrap();
-        assert!(pod_disruption_budget("c", "ns", &s, None).is_none());
+        let s = spec(serde_json::json!({"shards": 1}));
+        let pdbs = pod_disruption_budgets("c", "ns", &s, None);
+        assert_eq!(pdbs.len(), 1);
+        insta::assert_yaml_snapshot!(pdbs.first());
+        let s = spec(serde_json::json!({"shards": 1, "podDisruptionBudget": {"mode": "Disabled"}}));
+        assert!(pod_disruption_budgets("c", "ns", &s, None).is_empty());
+    }
+
+    #[test]
+    fn shard_mode_has_one_budget_per_shard_over_its_pods() {
+        let s = spec(serde_json::json!({
+            "shards": 3, "replicas": 1, "podDisruptionBudget": {"mode": "Shard"}
+        }));
+        let pdbs = pod_disruption_budgets("c", "ns", &s, None);
+        let names: Vec<String> = pdbs
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        assert_eq!(
+            names,
+            ["valkey-c-shard-0", "valkey-c-shard-1", "valkey-c-shard-2"]
+        );
+        let spec = pdbs[2].spec.as_ref().unwrap();
+        assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+        let selector = spec
+            .selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap();
+        assert_eq!(selector, &names::shard_selector("c", 2));
+        assert_eq!(
+            pdbs[0].metadata.labels,
+            Some(names::cluster_labels("c")),
+            "listed (and deleted as orphans) by the cluster label"
+        );
     }
 }

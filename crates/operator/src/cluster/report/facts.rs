@@ -281,7 +281,7 @@ mod tests {
             acl_secret: None,
             service: None,
             config_map: None,
-            pdb: None,
+            pdbs: Vec::new(),
             network_policy: None,
             nodes: Vec::new(),
             pods: Vec::new(),
@@ -292,6 +292,7 @@ mod tests {
             tls_ca: None,
             topology: Default::default(),
             pod_ips: Default::default(),
+            pod_zones: Default::default(),
             terminating: Default::default(),
             pool: NodePool::new(ClientConfig::new("_operator", "pw")),
         }
