@@ -116,7 +116,7 @@ pub mod event {
     pub const PDB_CREATED: &str = "PodDisruptionBudgetCreated";
     /// The PodDisruptionBudget was updated.
     pub const PDB_UPDATED: &str = "PodDisruptionBudgetUpdated";
-    /// The PodDisruptionBudget was deleted (mode Disabled).
+    /// A PodDisruptionBudget was deleted (mode Disabled, or replaced when the mode changed).
     pub const PDB_DELETED: &str = "PodDisruptionBudgetDeleted";
     /// The NetworkPolicy was created.
     pub const NETWORK_POLICY_CREATED: &str = "NetworkPolicyCreated";
