@@ -11,6 +11,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 use valkey_api::defaults::VALKEY_PORT;
+use valkey_api::scheduling::ZONE_TOPOLOGY_KEY;
 use valkey_api::{ValkeyCluster, ValkeyNode, labels};
 use valkey_ops::client::NodePool;
 use valkey_ops::commands::{Position, observe_topology};
@@ -194,9 +195,6 @@ pub async fn observe(
     })
 }
 
-/// Label of a Kubernetes node naming its zone.
-pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
-
 /// Pod name → the zone of the Kubernetes node it runs on (`topology.kubernetes.io/zone`), one
 /// node read per distinct node. Pods not scheduled yet, nodes without the label and nodes the
 /// operator may not read (no `get` on nodes: zone awareness is then off) are left out.
@@ -210,7 +208,7 @@ async fn pod_zones(client: &kube::Client, pods: &[Pod]) -> BTreeMap<String, Stri
         };
         if !zones.contains_key(&node) {
             let zone = match api.get_opt(&node).await {
-                Ok(n) => n.and_then(|n| n.labels().get(ZONE_LABEL).cloned()),
+                Ok(n) => n.and_then(|n| n.labels().get(ZONE_TOPOLOGY_KEY).cloned()),
                 Err(e) => {
                     tracing::debug!(%node, error = %e, "cannot read the node's zone");
                     None
