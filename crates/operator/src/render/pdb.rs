@@ -1,5 +1,14 @@
 //! The PodDisruptionBudgets of a cluster: `valkey-<cluster>` over all pods (mode Cluster), or
-//! `valkey-<cluster>-shard-<n>` over each shard's pods (mode Shard), each `maxUnavailable: 1`.
+//! `valkey-<cluster>-shard-<n>` over each shard's pods (mode Shard), each allowing one of its
+//! pods down.
+//!
+//! "One down" is written `minAvailable: <pods> - 1`, not `maxUnavailable: 1`: for
+//! `maxUnavailable` the disruption controller counts the expected pods from the controllers of
+//! the pods that exist *now*, and each Valkey pod has its own one-replica StatefulSet or
+//! Deployment. Between an evicted pod's deletion and its recreation its controller drops out
+//! of the count, the budget's expected size shrinks by one, and it allows a second eviction:
+//! a shard's last copy (seen in CI). An integer `minAvailable` is compared with the healthy
+//! pods alone.
 
 use std::collections::BTreeMap;
 
@@ -19,28 +28,32 @@ pub fn pod_disruption_budgets(
     spec: &ValkeyClusterSpec,
     owner: Option<OwnerReference>,
 ) -> Vec<PodDisruptionBudget> {
-    let budget = |name: String, selector: BTreeMap<String, String>| PodDisruptionBudget {
-        metadata: names::child_meta(name, cluster, namespace, owner.clone()),
-        spec: Some(PodDisruptionBudgetSpec {
-            max_unavailable: Some(IntOrString::Int(1)),
-            selector: Some(LabelSelector {
-                match_labels: Some(selector),
+    let budget =
+        |name: String, selector: BTreeMap<String, String>, pods: i32| PodDisruptionBudget {
+            metadata: names::child_meta(name, cluster, namespace, owner.clone()),
+            spec: Some(PodDisruptionBudgetSpec {
+                min_available: Some(IntOrString::Int((pods - 1).max(0))),
+                selector: Some(LabelSelector {
+                    match_labels: Some(selector),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..Default::default()
-        }),
-        ..Default::default()
-    };
+        };
+    let per_shard = spec.replicas.max(0) + 1;
     match spec.pod_disruption_budget.mode {
         PdbMode::Cluster => vec![budget(
             names::pdb_name(cluster),
             names::cluster_selector(cluster),
+            spec.shards.max(0) * per_shard,
         )],
         PdbMode::Shard => (0..spec.shards.max(0))
             .map(|s| {
                 budget(
                     names::shard_pdb_name(cluster, s),
                     names::shard_selector(cluster, s),
+                    per_shard,
                 )
             })
             .collect(),
@@ -67,6 +80,28 @@ mod tests {
     }
 
     #[test]
+    fn every_budget_allows_exactly_one_pod_down() {
+        let min_available = |v: serde_json::Value| -> Vec<Option<IntOrString>> {
+            pod_disruption_budgets("c", "ns", &spec(v), None)
+                .into_iter()
+                .map(|p| p.spec.unwrap().min_available)
+                .collect()
+        };
+        let int = |n| Some(IntOrString::Int(n));
+        assert_eq!(
+            min_available(serde_json::json!({"shards": 3, "replicas": 2})),
+            [int(8)]
+        );
+        assert_eq!(min_available(serde_json::json!({"shards": 1})), [int(0)]);
+        assert_eq!(
+            min_available(serde_json::json!({
+                "shards": 2, "replicas": 2, "podDisruptionBudget": {"mode": "Shard"}
+            })),
+            [int(2), int(2)]
+        );
+    }
+
+    #[test]
     fn shard_mode_has_one_budget_per_shard_over_its_pods() {
         let s = spec(serde_json::json!({
             "shards": 3, "replicas": 1, "podDisruptionBudget": {"mode": "Shard"}
@@ -81,7 +116,11 @@ mod tests {
             ["valkey-c-shard-0", "valkey-c-shard-1", "valkey-c-shard-2"]
         );
         let spec = pdbs[2].spec.as_ref().unwrap();
-        assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+        assert_eq!(
+            (spec.min_available.clone(), spec.max_unavailable.clone()),
+            (Some(IntOrString::Int(1)), None),
+            "one of a shard's two pods may be down"
+        );
         let selector = spec
             .selector
             .as_ref()
