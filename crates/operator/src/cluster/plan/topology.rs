@@ -104,8 +104,9 @@ pub(super) fn topology_step(
         return Some(Step::Replicate(steps::Replicate { attachments }));
     }
 
-    // 5. Forget one failed node that is no member's identity, owns no slots and has no live
-    //    replica following it (the command re-checks this guard on every node).
+    // 5. Forget every failed node that is no member's identity, owns no slots and has no live
+    //    replica following it (the command re-checks this guard on every node), in one step:
+    //    after many pods were replaced, one pass clears all their old identities.
     let live_ids = topology.live_ids();
     let followed: BTreeSet<&str> = topology
         .members()
@@ -142,16 +143,25 @@ pub(super) fn topology_step(
                 .parse::<IpAddr>()
                 .is_ok_and(|ip| pod_ips.is_some_and(|ips| !ips.contains(&ip)))
     };
-    let dead = topology.seed_view()?.nodes.iter().find(|n| {
-        !n.flags.myself
-            && (n.flags.fail || n.flags.noaddr || replaced(&n.addr.ip))
-            && !live_ids.contains(n.id.as_str())
-            && !followed.contains(n.id.as_str())
-            && n.slot_count() == 0
-            && !cut_off(&n.addr.ip)
-    })?;
+    let dead: Vec<String> = topology
+        .seed_view()?
+        .nodes
+        .iter()
+        .filter(|n| {
+            !n.flags.myself
+                && (n.flags.fail || n.flags.noaddr || replaced(&n.addr.ip))
+                && !live_ids.contains(n.id.as_str())
+                && !followed.contains(n.id.as_str())
+                && n.slot_count() == 0
+                && !cut_off(&n.addr.ip)
+        })
+        .map(|n| n.id.clone())
+        .collect();
+    if dead.is_empty() {
+        return None;
+    }
     Some(Step::Forget(steps::Forget {
-        node_id: dead.id.clone(),
+        node_ids: dead,
         addrs: topology.reachable().map(|m: &Member| m.addr).collect(),
     }))
 }
@@ -270,12 +280,12 @@ mod tests {
         n7.primary_of = Some(2);
         n.push(n7);
         let m = world(&n, &[1, 2, 3, 4, 5, 6, 7]);
-        let Some(Step::Forget(steps::Forget { node_id, addrs })) =
+        let Some(Step::Forget(steps::Forget { node_ids, addrs })) =
             next_step(D31, &m, None, FailoverTiming::default())
         else {
             panic!("expected forget")
         };
-        assert_eq!(node_id, id(1));
+        assert_eq!(node_ids, [id(1)]);
         assert_eq!(addrs.len(), 6);
     }
 
@@ -299,10 +309,10 @@ mod tests {
                 FailoverTiming::default(),
             )
         };
-        let Some(Step::Forget(steps::Forget { node_id, .. })) = step(&all, &ips(6, 7)) else {
+        let Some(Step::Forget(steps::Forget { node_ids, .. })) = step(&all, &ips(6, 7)) else {
             panic!("expected forget")
         };
-        assert_eq!(node_id, id(6));
+        assert_eq!(node_ids, [id(6)]);
         // Its pod still holds the IP (terminating): wait.
         assert_eq!(step(&all, &ips(0, 7)), None);
         // The replacement is not reachable yet (it could come back as node 6 with a
@@ -312,6 +322,35 @@ mod tests {
             step(&without7, &ips(6, 7)),
             Some(Step::Forget(steps::Forget { .. }))
         ));
+    }
+
+    #[test]
+    fn every_replaced_pods_old_node_is_forgotten_in_one_step() {
+        // Shards 0 and 2 lost their replica pods (nodes 2 and 6), replaced by nodes 7 and 8.
+        let mut n = formed31();
+        let mut n7 = node(7, 0, 1);
+        n7.primary_of = Some(1);
+        let mut n8 = node(8, 2, 1);
+        n8.primary_of = Some(5);
+        n.extend([n7, n8]);
+        let all: Vec<Member> = members(&world(&n, &[1, 2, 3, 4, 5, 6, 7, 8]))
+            .into_iter()
+            .filter(|m| m.addr != addr(2) && m.addr != addr(6))
+            .collect();
+        let pods: BTreeSet<IpAddr> = [1, 3, 4, 5, 7, 8]
+            .iter()
+            .map(|n| ip(*n).parse().unwrap())
+            .collect();
+        let Some(Step::Forget(steps::Forget { node_ids, addrs })) = next_step(
+            D31,
+            &Topology::new(all),
+            Some(&pods),
+            FailoverTiming::default(),
+        ) else {
+            panic!("expected forget")
+        };
+        assert_eq!(node_ids, [id(2), id(6)]);
+        assert_eq!(addrs.len(), 6);
     }
 
     #[test]

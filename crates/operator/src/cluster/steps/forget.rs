@@ -1,4 +1,4 @@
-//! `Forget`: forget a failed node that is no pod's identity any more, on every member.
+//! `Forget`: forget the failed nodes that are no pod's identity any more, on every member.
 
 use std::net::SocketAddr;
 
@@ -7,6 +7,7 @@ use valkey_ops::commands::{self, CommandError};
 
 use super::{Act, Actor, Outcome, Reporting, TargetError, each_target};
 use crate::status::{Activity, Progress};
+use crate::text;
 
 const REPORTING: Reporting = Reporting {
     action: "Forget",
@@ -15,28 +16,29 @@ const REPORTING: Reporting = Reporting {
     failure: None,
 };
 
-/// Forget a failed node that is no pod's identity any more.
+/// Forget the failed nodes that are no pod's identity any more.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Forget {
-    /// Node id to forget.
-    pub node_id: String,
+    /// Node ids to forget.
+    pub node_ids: Vec<String>,
     /// Addresses of all reachable members (each must forget it).
     pub addrs: Vec<SocketAddr>,
 }
 
 impl Act for Forget {
-    /// Forgets `node_id` on every member at `addrs`; a member that refuses (the node is not
-    /// failed everywhere yet) makes it wait for a later pass.
+    /// Forgets each of `node_ids` on every member at `addrs` (several nodes at once); a member
+    /// that refuses (the node is not failed everywhere yet) makes that node wait for a later
+    /// pass.
     async fn run(&self, actor: &Actor<'_>) -> Outcome {
         let pool = actor.pool;
-        let Self { node_id, addrs } = self;
+        let Self { node_ids, addrs } = self;
         let mut out = Outcome::default();
         let addrs: Vec<String> = addrs.iter().map(ToString::to_string).collect();
         let addrs = &addrs;
         each_target(
             &mut out,
             &REPORTING,
-            &[node_id],
+            node_ids,
             |id| async move {
                 match commands::forget_everywhere(pool, addrs, id).await {
                     Ok(n) => Ok((n > 0).then(|| format!("forgot failed node {id} on {n} nodes"))),
@@ -48,12 +50,15 @@ impl Act for Forget {
                 event: format!("forgetting {id}: {e}"),
                 failure: format!("forgetting {id}: {e}"),
             },
-            |done| done.join(", "),
+            |done| text::list("nodes forgotten", done),
         )
         .await;
         out.progress = Some(Progress::new(
             Activity::Reconciling,
-            format!("forgetting failed node {node_id}"),
+            match node_ids.as_slice() {
+                [one] => format!("forgetting failed node {one}"),
+                many => format!("forgetting failed nodes {}", text::list("nodes", many)),
+            },
         ));
         out
     }
