@@ -14,6 +14,7 @@ use crate::config;
 use crate::defaults;
 use crate::disruption::{PdbMode, PodDisruptionBudgetSpec};
 use crate::exporter::ExporterSpec;
+use crate::failback::FailbackSpec;
 use crate::networking::NetworkingSpec;
 use crate::persistence::PersistenceSpec;
 use crate::scheduling::SchedulingSpec;
@@ -158,6 +159,11 @@ pub struct ValkeyClusterSpec {
     /// none. Omitted means `mode: Cluster`.
     #[serde(default)]
     pub pod_disruption_budget: PodDisruptionBudgetSpec,
+
+    /// Primary failback: hand each shard's primary back to its node-index-0 pod after a
+    /// failover, once the cluster has been quiet for a while. Omitted means `mode: Disabled`.
+    #[serde(default)]
+    pub failback: FailbackSpec,
 
     /// Pod termination grace period in seconds; must be positive. A primary fails over to a
     /// replica on SIGTERM, which must finish within this period. When omitted the operator uses

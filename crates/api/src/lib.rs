@@ -8,6 +8,7 @@ pub mod crd;
 pub mod defaults;
 pub mod disruption;
 pub mod exporter;
+pub mod failback;
 pub mod labels;
 pub mod networking;
 pub mod node;

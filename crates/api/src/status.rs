@@ -166,6 +166,10 @@ pub mod event {
     pub const FAILOVER_COMPLETED: &str = "FailoverCompleted";
     /// A failover command failed (Warning).
     pub const FAILOVER_FAILED: &str = "FailoverFailed";
+    /// A shard's primary was handed back to its node-index-0 pod (failback).
+    pub const FAILBACK_COMPLETED: &str = "FailbackCompleted";
+    /// Handing a shard's primary back to its node-index-0 pod failed (Warning).
+    pub const FAILBACK_FAILED: &str = "FailbackFailed";
     /// A promoted replica did not report itself primary in time (Warning).
     pub const FAILOVER_TIMEOUT: &str = "FailoverTimeout";
     /// The cluster became Ready.
@@ -326,6 +330,11 @@ pub struct ShardStatus {
     /// Hash-slot ranges owned by the shard, such as `0-5460` (a single slot is written `42`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slots: Vec<String>,
+    /// With `failback.mode: Automatic`, while the shard's primary is not its node-index-0 pod:
+    /// when the operator hands it back (the end of the quiet period; a new failover or any
+    /// other operation restarts it). Absent while the cluster is not quiet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failback_at: Option<Time>,
 }
 
 /// The risky topology operation in progress (a slot rebalance or an operator-driven failover),

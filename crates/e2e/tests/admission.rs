@@ -271,6 +271,10 @@ fn cases() -> Vec<Case> {
             with_users(json!([user("a"), user("b")])),
         ),
         ok("persistence-without-class", persisted("1Gi", None)),
+        ok(
+            "failback-automatic",
+            json!({"shards": 2, "replicas": 1, "failback": {"mode": "Automatic", "quietPeriodSeconds": 5}}),
+        ),
         // ---- invalid creations ----
         bad(
             "shards-zero",
@@ -307,6 +311,16 @@ fn cases() -> Vec<Case> {
             "pdb-per-shard-replicas-zero",
             json!({"shards": 3, "replicas": 0, "podDisruptionBudget": {"mode": "Shard"}}),
             cluster::SHARD_PDB_NEEDS_REPLICAS_MESSAGE,
+        ),
+        bad(
+            "failback-quiet-period-too-short",
+            json!({"shards": 1, "replicas": 1, "failback": {"mode": "Automatic", "quietPeriodSeconds": 2}}),
+            "should be greater than or equal to 5",
+        ),
+        bad(
+            "failback-mode-unknown",
+            json!({"shards": 1, "replicas": 1, "failback": {"mode": "Sometimes"}}),
+            "supported values: \"Disabled\", \"Automatic\"",
         ),
         bad(
             "persistence-with-deployment",
@@ -796,6 +810,7 @@ async fn check_defaults(client: &Client) -> anyhow::Result<()> {
         "workloadType": "StatefulSet",
         "exporter": {"enabled": true, "image": "oliver006/redis_exporter:v1.80.0", "args": ["-x"]},
         "podDisruptionBudget": {"mode": "Cluster"},
+        "failback": {"mode": "Disabled", "quietPeriodSeconds": 600},
         "scheduling": {"node": axis, "zone": axis},
     });
     anyhow::ensure!(spec == want, "defaulted spec\n{spec:#}\n!=\n{want:#}");

@@ -48,25 +48,6 @@ async fn config_hashes(client: &Client, name: &str) -> anyhow::Result<Vec<Option
         .collect())
 }
 
-/// Warning events `reason` about the object `object`, repetitions of one event (its series)
-/// counted.
-async fn warning_events(client: &Client, object: &str, reason: &str) -> anyhow::Result<usize> {
-    Ok(
-        Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), NS)
-            .list(&ListParams::default().fields(&format!(
-                "involvedObject.name={object},reason={reason},type=Warning"
-            )))
-            .await?
-            .items
-            .iter()
-            .map(|e| {
-                let series = e.series.as_ref().and_then(|s| s.count);
-                usize::try_from(series.or(e.count).unwrap_or(1)).unwrap_or(1)
-            })
-            .sum(),
-    )
-}
-
 /// Config-check pods still present for cluster `name`.
 async fn check_pods(client: &Client, name: &str) -> anyhow::Result<Vec<String>> {
     Ok(Api::<Pod>::namespaced(client.clone(), NS)
@@ -178,7 +159,7 @@ async fn config_poison(client: &Client, name: &str) -> anyhow::Result<()> {
     }
     // Events are published right after the status is written.
     wait_settled_list("an InvalidConfig event per refusal", || async {
-        let n = warning_events(client, name, reason::INVALID_CONFIG).await?;
+        let n = event_count(client, name, reason::INVALID_CONFIG, "Warning").await?;
         Ok(if n >= 3 {
             vec![]
         } else {
@@ -418,7 +399,7 @@ async fn users_cannot_break(client: &Client, name: &str) -> anyhow::Result<()> {
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
     ensure!(
-        warning_events(client, name, reason::USERS_ACL_ERROR).await? == 1,
+        event_count(client, name, reason::USERS_ACL_ERROR, "Warning").await? == 1,
         "not exactly one UsersACLError event"
     );
     // A restarted pod loads the ACL file (Valkey refuses to start on a file it rejects).
@@ -520,7 +501,7 @@ async fn resize_infeasible(client: &Client, name: &str) -> anyhow::Result<()> {
         );
         let node = vn.name_any();
         wait_settled_list("a ResizeInfeasible event", || async {
-            let n = warning_events(client, &node, reason::RESIZE_INFEASIBLE).await?;
+            let n = event_count(client, &node, reason::RESIZE_INFEASIBLE, "Warning").await?;
             Ok(if n == 1 {
                 vec![]
             } else {

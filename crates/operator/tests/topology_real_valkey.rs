@@ -43,6 +43,8 @@ fn next_step(d: Layout, m: &Topology) -> Option<Step> {
         desired_nodes: &[],
         timing: FailoverTiming::default(),
         now: k8s_openapi::jiff::Timestamp::now(),
+        failback: None,
+        previous_shards: &[],
     })
     .step
 }

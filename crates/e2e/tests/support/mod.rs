@@ -1154,3 +1154,27 @@ pub async fn authenticates(
     }
     Ok(out)
 }
+
+/// Events `reason` of type `type_` (`Normal`, `Warning`) about the object `object`,
+/// repetitions of one event (its series) counted.
+pub async fn event_count(
+    client: &Client,
+    object: &str,
+    reason: &str,
+    type_: &str,
+) -> anyhow::Result<usize> {
+    Ok(
+        Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), NS)
+            .list(&ListParams::default().fields(&format!(
+                "involvedObject.name={object},reason={reason},type={type_}"
+            )))
+            .await?
+            .items
+            .iter()
+            .map(|e| {
+                let series = e.series.as_ref().and_then(|s| s.count);
+                usize::try_from(series.or(e.count).unwrap_or(1)).unwrap_or(1)
+            })
+            .sum(),
+    )
+}

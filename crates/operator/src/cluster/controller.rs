@@ -24,6 +24,7 @@ use super::apply;
 use super::build;
 use super::config_gate;
 use super::live;
+use super::node_zones;
 use super::observe::{self, ObserveError};
 use super::plan;
 use super::report::{self, ReportError};
@@ -60,6 +61,8 @@ pub struct Context {
     pools: Mutex<HashMap<String, (String, NodePool)>>,
     /// Servers' verdicts on users' ACL rules (the [`rule_check`] stage's cache).
     rule_verdicts: rule_check::Verdicts,
+    /// The zones of the Kubernetes nodes the pods run on.
+    pub node_zones: node_zones::NodeZones,
 }
 
 impl Context {
@@ -69,6 +72,7 @@ impl Context {
             shared: Shared::new(client, metrics),
             pools: Mutex::default(),
             rule_verdicts: rule_check::Verdicts::default(),
+            node_zones: node_zones::NodeZones::default(),
         }
     }
 
@@ -130,7 +134,7 @@ async fn cluster_pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action
     let effective = gate.effective_cluster(requested);
     let desired = build::build(&effective, &observed, &user_rules, &gate);
     let applied = apply::apply_all(client, &ns, &desired, &observed).await;
-    let plan = plan::plan(&plan_input(&effective, &observed, &desired));
+    let plan = plan::plan(&plan_input(requested, &effective, &observed, &desired));
     let outcome = act(ctx, &observed.pool, &nodes_api, plan.step.as_ref()).await;
     let tls = TlsCheck::of(&effective, observed.tls_secret.as_ref(), UnixTime::now());
     let now = Timestamp::now();
@@ -174,8 +178,10 @@ fn forget(ctx: &Context, key: &str, vc: &ValkeyCluster) -> Action {
     Action::await_change()
 }
 
-/// What planning reads from the stages before it.
-fn plan_input<'a>(
+/// What planning reads from the stages before it (and, for the failback wait, from the status
+/// of the `requested` cluster).
+pub(crate) fn plan_input<'a>(
+    requested: &'a ValkeyCluster,
     effective: &ValkeyCluster,
     observed: &'a observe::Observed,
     desired: &'a build::Desired,
@@ -189,6 +195,11 @@ fn plan_input<'a>(
         desired_nodes: &desired.nodes,
         timing: plan::failover_timing(effective),
         now: Timestamp::now(),
+        failback: effective.spec.failback.quiet_period(),
+        previous_shards: requested
+            .status
+            .as_ref()
+            .map_or(&[], |s| s.shard_statuses.as_slice()),
     }
 }
 

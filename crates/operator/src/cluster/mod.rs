@@ -16,6 +16,7 @@ pub mod build;
 pub mod config_gate;
 pub mod controller;
 pub mod live;
+pub mod node_zones;
 pub mod observe;
 pub mod operation;
 pub mod plan;

@@ -5,13 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 use valkey_api::defaults::VALKEY_PORT;
-use valkey_api::scheduling::ZONE_TOPOLOGY_KEY;
 use valkey_api::{ValkeyCluster, ValkeyNode, labels};
 use valkey_ops::client::NodePool;
 use valkey_ops::commands::{Position, observe_topology};
@@ -85,7 +84,7 @@ pub struct Observed {
     /// IP → name of the cluster's pods being deleted that still run (see [`terminating`]).
     pub terminating: BTreeMap<IpAddr, String>,
     /// Pod name → the `topology.kubernetes.io/zone` of its Kubernetes node (see
-    /// [`pod_zones`]); empty when the operator may not read nodes.
+    /// [`super::node_zones`]); empty when the operator may not read nodes.
     pub pod_zones: BTreeMap<String, String>,
 }
 
@@ -169,7 +168,7 @@ pub async fn observe(
 
     let passwords =
         render::secrets::system_passwords(&[system_secret.as_ref(), system_backup_secret.as_ref()]);
-    let pod_zones = pod_zones(client, &pods).await;
+    let pod_zones = ctx.node_zones.of_pods(client, &pods).await;
     let pool = ctx.pool(key, &passwords.operator, tls_ca.as_deref());
     let topology = observe_topology(&pool, positions(&pods)).await;
     Ok(Observed {
@@ -193,34 +192,6 @@ pub async fn observe(
         topology,
         pool,
     })
-}
-
-/// Pod name → the zone of the Kubernetes node it runs on (`topology.kubernetes.io/zone`), one
-/// node read per distinct node. Pods not scheduled yet, nodes without the label and nodes the
-/// operator may not read (no `get` on nodes: zone awareness is then off) are left out.
-async fn pod_zones(client: &kube::Client, pods: &[Pod]) -> BTreeMap<String, String> {
-    let api: Api<Node> = Api::all(client.clone());
-    let mut zones: BTreeMap<String, Option<String>> = BTreeMap::new();
-    let mut out = BTreeMap::new();
-    for pod in pods {
-        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
-            continue;
-        };
-        if !zones.contains_key(&node) {
-            let zone = match api.get_opt(&node).await {
-                Ok(n) => n.and_then(|n| n.labels().get(ZONE_TOPOLOGY_KEY).cloned()),
-                Err(e) => {
-                    tracing::debug!(%node, error = %e, "cannot read the node's zone");
-                    None
-                }
-            };
-            zones.insert(node.clone(), zone);
-        }
-        if let Some(Some(zone)) = zones.get(&node) {
-            out.insert(pod.name_any(), zone.clone());
-        }
-    }
-    out
 }
 
 /// Shard and node index of a pod, from its labels.

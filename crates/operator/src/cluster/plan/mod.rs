@@ -5,12 +5,14 @@
 //! layout (MEET, re-MEET, slot assignment, replica attachment, forgetting a departed node;
 //! [`topology`]), the hand-over of a surplus primary ([`removal`]), slots left half-migrated,
 //! the next batch of the slot balance ([`rebalance`]), the retirement of surplus ValkeyNodes
-//! that serve nothing ([`removal`]), then the next rolling-update step ([`roll`]). At most one step is returned;
+//! that serve nothing ([`removal`]), the next rolling-update step ([`roll`]), then a primary's
+//! failback to its node-index-0 pod once the cluster is quiet ([`home_primaries`]). At most one step is returned;
 //! running it is [`super::steps`]' job, and the next pass plans again from the live view, so
 //! an interrupted step is resumed from what the cluster shows, never from memory.
 
 pub mod failover;
 mod handover;
+mod home_primaries;
 pub mod rebalance;
 mod removal;
 pub mod roll;
@@ -22,6 +24,7 @@ mod topology;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use valkey_api::ValkeyNode;
 use valkey_api::status::ShardStatus;
@@ -53,6 +56,10 @@ pub struct Input<'a> {
     pub timing: FailoverTiming,
     /// When the pass runs (a rolling update's settle time, see [`roll::ROLL_SETTLE`]).
     pub now: k8s_openapi::jiff::Timestamp,
+    /// The failback quiet period, `None` when failback is disabled (see [`home_primaries`]).
+    pub failback: Option<std::time::Duration>,
+    /// The shard entries of the status so far (the failback due times they keep).
+    pub previous_shards: &'a [ShardStatus],
 }
 
 /// The plan of a pass: its step and the facts the status is derived from.
@@ -119,6 +126,12 @@ pub fn plan(input: &Input<'_>) -> Plan {
         .waits
         .iter()
         .find_map(|w| w.stuck_message(input.timing));
+    let healthy = facts.cluster_ok
+        && facts.missing_shards == 0
+        && facts.missing_replicas == 0
+        && facts.unjoined_nodes == 0
+        && !balance.is_pending()
+        && surplus_nodes == 0;
     let step = failover
         .step
         .or_else(|| handover::terminating_primary(&within, input.terminating))
@@ -127,12 +140,6 @@ pub fn plan(input: &Input<'_>) -> Plan {
         .or_else(|| rebalance::open_slots_step(input.layout, input.topology))
         .or_else(|| rebalance::rebalance_step(input.layout, input.topology))
         .or_else(|| {
-            let healthy = facts.cluster_ok
-                && facts.missing_shards == 0
-                && facts.missing_replicas == 0
-                && facts.unjoined_nodes == 0
-                && !balance.is_pending()
-                && surplus_nodes == 0;
             match roll::next_roll(&layout_nodes, &within, healthy && settle_left.is_none())? {
                 roll::RollStep::Authorize { node } => {
                     let desired = input.desired_nodes.iter().find(|d| d.name_any() == node)?;
@@ -152,9 +159,41 @@ pub fn plan(input: &Input<'_>) -> Plan {
             }
         });
     let roll_progress = roll::progress(&layout_nodes);
+    let unobserved_nodes = input.nodes.iter().filter(|n| roll::unobserved(n)).count();
+    let quiet = home_primaries::Quiet {
+        changing: step.is_some()
+            || roll_progress.is_some()
+            || balance.is_pending()
+            || surplus_nodes > 0
+            || unobserved_nodes > 0
+            || facts.missing_shards > 0
+            || facts.unjoined_nodes > 0,
+        settled: healthy
+            && facts.unconverged_nodes == 0
+            && settle_left.is_none()
+            && roll::all_ready(&layout_nodes),
+    };
+    let failbacks = home_primaries::failbacks(
+        input.layout,
+        &within,
+        input.previous_shards,
+        input.failback,
+        quiet,
+        input.now,
+    );
+    let shards = shards
+        .into_iter()
+        .map(|s| ShardStatus {
+            failback_at: failbacks.due.get(&s.index).map(|t| Time(*t)),
+            ..s
+        })
+        .collect();
+    let roll_retry = settle_left.filter(|_| step.is_none() && roll_progress.is_some());
+    let step = step.or(failbacks.step.clone());
+    let failback_retry = failbacks.next_in(input.now).filter(|_| step.is_none());
     Plan {
-        retry_in: settle_left.filter(|_| step.is_none() && roll_progress.is_some()),
-        unobserved_nodes: input.nodes.iter().filter(|n| roll::unobserved(n)).count(),
+        retry_in: roll_retry.into_iter().chain(failback_retry).min(),
+        unobserved_nodes,
         step,
         facts,
         shards,

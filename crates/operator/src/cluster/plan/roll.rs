@@ -71,6 +71,17 @@ pub fn settle_left(nodes: &[ValkeyNode], now: Timestamp) -> Option<Duration> {
         .max()
 }
 
+/// Whether every node of `nodes` reports `Ready=True`.
+pub fn all_ready(nodes: &[ValkeyNode]) -> bool {
+    nodes.iter().all(|n| {
+        n.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == READY && c.status == "True")
+        })
+    })
+}
+
 fn pending(node: &ValkeyNode) -> bool {
     node.status.as_ref().is_some_and(|s| {
         s.conditions
@@ -134,7 +145,11 @@ fn not_ready_step(node: &ValkeyNode, topology: &Topology) -> Option<RollStep> {
 /// The next roll step. `healthy`: the topology needs no step and every shard has its primary
 /// and synced replicas.
 pub fn next_roll(nodes: &[ValkeyNode], topology: &Topology, healthy: bool) -> Option<RollStep> {
-    if nodes.iter().any(in_flight) {
+    // A node whose new spec the ValkeyNode controller has not reported on may be about to
+    // wait for a roll too: deciding without it could hand a primary over before its replica
+    // rolled, then hand the role back when that replica's turn comes (two failovers where one
+    // does). The controller reports within a pass.
+    if nodes.iter().any(|n| in_flight(n) || unobserved(n)) {
         return None;
     }
     let mut waiting: Vec<&ValkeyNode> = nodes.iter().filter(|n| pending(n)).collect();
@@ -373,6 +388,30 @@ mod tests {
         // Created, no status written yet: new, not updated.
         n.status = None;
         assert!(!unobserved(&n));
+    }
+
+    #[test]
+    fn no_roll_step_while_a_node_has_not_reported_on_its_new_spec() {
+        // The primary waits for its roll, its replica's new spec is not observed yet: were
+        // the roll to start, the primary would be handed over first.
+        let mut nodes = all_pending();
+        nodes[1].metadata.generation = Some(2);
+        let reported = nodes[1].status.clone();
+        let status = nodes[1].status.as_mut().expect("status");
+        status.conditions.clear();
+        status.observed_generation = Some(1);
+        assert_eq!(next_roll(&nodes, &members(), true), None);
+        // Reported (waiting for its roll too): the replica goes first.
+        nodes[1].status = reported.map(|s| valkey_api::ValkeyNodeStatus {
+            observed_generation: Some(2),
+            ..s
+        });
+        assert_eq!(
+            next_roll(&nodes, &members(), true),
+            Some(RollStep::Authorize {
+                node: "c-0-1".into()
+            })
+        );
     }
 
     #[test]

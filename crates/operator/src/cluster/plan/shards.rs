@@ -100,6 +100,7 @@ pub fn analyze(layout: Layout, topology: &Topology) -> (TopologyFacts, Vec<Shard
                 .me()
                 .map(|me| me.slot_set().ranges().map(|r| r.to_string()).collect())
                 .unwrap_or_default(),
+            failback_at: None,
         });
     }
     (facts, shards)

@@ -307,16 +307,9 @@ mod tests {
     ) -> (Plan, Facts) {
         let gate = config_gate::gate(vc, &[], false);
         let desired = build::build(vc, observed, &BTreeMap::new(), &gate);
-        let plan = plan::plan(&plan::Input {
-            layout: plan::layout(vc),
-            topology: &observed.topology,
-            pod_ips: &observed.pod_ips,
-            terminating: &observed.terminating,
-            nodes: &observed.nodes,
-            desired_nodes: &desired.nodes,
-            timing: plan::failover_timing(vc),
-            now: Timestamp::now(),
-        });
+        let plan = plan::plan(&crate::cluster::controller::plan_input(
+            vc, vc, observed, &desired,
+        ));
         let facts = derive(&Stages {
             requested: vc,
             effective: vc,

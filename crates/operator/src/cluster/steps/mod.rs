@@ -75,6 +75,7 @@ steps! {
     retire::Retire,
     coordinated_failover::HandOver,
     authorize_roll::AuthorizeRoll,
+    hand_back::Failback,
 }
 
 pub use migrate_slots::Transfer;
