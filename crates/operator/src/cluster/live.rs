@@ -4,9 +4,12 @@
 //!   `LiveConfigApplied` (absent when the node has no live setting); the rendered `valkey.conf`
 //!   carries the same values, so a restarted pod starts with them; a live key removed from
 //!   `spec.config` returns to Valkey's default (what a restarted pod would have);
-//! - the ACL file (users, passwords, permissions) loaded with `ACL LOAD` once the mounted
-//!   Secret shows the expected revision (on Valkey versions whose `ACL LOAD` crashes a replica,
-//!   applied user by user with `ACL SETUSER`/`ACL DELUSER` instead): `ACLApplied` (`PendingPropagation` until then);
+//! - the ACL file (users, passwords, permissions) loaded with `ACL LOAD` when the mounted
+//!   Secret shows the expected revision; while it does not yet (a kubelet refreshes a mounted
+//!   Secret up to a minute or so after it changed), and on Valkey versions whose `ACL LOAD`
+//!   crashes a replica, the operator's copy of the file is applied user by user with
+//!   `ACL SETUSER`/`ACL DELUSER` (the same lines, whose rules a server already accepted):
+//!   `ACLApplied` (`PendingPropagation` while neither worked);
 //! - `availability-zone` (Valkey 8.0+) set to the zone of the Kubernetes node the pod runs on
 //!   (`topology.kubernetes.io/zone`), so zone-aware clients read from their own zone; it
 //!   follows a pod that moves, needs no restart and is left alone when `spec.config` sets it;
@@ -606,7 +609,8 @@ struct AclEffect {
 }
 
 /// Brings the server at `addr` (of `version`) to the ACL `file`: loads it when the server has
-/// another revision (`ACL LOAD`, or user by user where that is unsafe), and applies the
+/// another revision (`ACL LOAD`; user by user where that is unsafe or the mounted file is not
+/// refreshed yet), and applies the
 /// system users again when the server lists them otherwise than when they were last applied
 /// (`recorded`; `None` for a node not checked before, or a new server version, which are
 /// applied again silently).
@@ -622,7 +626,18 @@ async fn acl_in_effect(
         let loaded = if acl_load_unsafe(version) {
             acl_apply(pool, addr, file.content, file.revision).await?
         } else {
-            acl_load(pool, addr, file.revision).await?
+            match acl_load(pool, addr, file.revision).await {
+                // The mounted Secret is not refreshed yet (a kubelet refreshes it a minute or
+                // so after it changed): the same lines, whose rules a server already accepted,
+                // user by user, so a new user can log in now and a new cluster is not held a
+                // minute by the kubelet. A restart before the refresh loads the old file, and
+                // the next pass applies it again.
+                Err(CommandError::NotReady(why)) => {
+                    debug!(%addr, %why, "ACL file not refreshed yet: applying it user by user");
+                    acl_apply(pool, addr, file.content, file.revision).await?
+                }
+                loaded => loaded?,
+            }
         };
         debug!(%addr, ?loaded, "ACL revision in effect");
         let state = acl_state(pool, addr).await?;
