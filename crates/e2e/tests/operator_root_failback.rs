@@ -544,6 +544,38 @@ impl<'a> Ctx<'a> {
         Ok(c)
     }
 
+    /// [`Self::failback`] of both shards of a 2-shard cluster whose primaries the disruption
+    /// `what` (at `t`, after `after`) put at node-index 1, and the time to Ready again.
+    async fn failback_of_both(
+        &mut self,
+        what: &str,
+        tag: &str,
+        t: f64,
+        replaced: Option<Vec<String>>,
+        after: &str,
+    ) -> anyhow::Result<()> {
+        let recovered = self.failback(what, tag, t, away_at(2, 1), replaced).await?;
+        self.measure(format!(
+            "{what}: Ready again {:.1}s after the {after}",
+            recovered - t
+        ));
+        Ok(())
+    }
+
+    /// [`Self::create`], then the continuous writer started (and given 2 s to write).
+    async fn create_under_writer(
+        fx: &'a Fixture,
+        name: &'static str,
+        shards: i32,
+        replicas: i32,
+        extra: serde_json::Value,
+    ) -> anyhow::Result<(Self, Writer)> {
+        let c = Self::create(fx, name, shards, replicas, extra).await?;
+        let writer = Writer::start(&fx.client, name, PW, 1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        Ok((c, writer))
+    }
+
     fn client(&self) -> &Client {
         &self.fx.client
     }
@@ -978,10 +1010,8 @@ async fn main_cluster(fx: &Fixture) -> anyhow::Result<Vec<String>> {
         "persistence": {"size": "1Gi"},
         "config": {"save": "3600 1"}
     });
-    let mut c = Ctx::create(fx, MAIN, 2, 1, extra).await?;
+    let (mut c, writer) = Ctx::create_under_writer(fx, MAIN, 2, 1, extra).await?;
     let client = fx.client.clone();
-    let writer = Writer::start(&client, MAIN, PW, 1);
-    tokio::time::sleep(Duration::from_secs(2)).await;
 
     // The reference, and its own failback.
     let (issued, _) = c.reference_failover(1).await?;
@@ -1005,38 +1035,21 @@ async fn main_cluster(fx: &Fixture) -> anyhow::Result<Vec<String>> {
     )
     .await?;
     eprintln!("[{MAIN} {}] rolling every pod", rel(t));
-    let recovered = c
-        .failback("roll", "fb-roll", t, away_at(2, 1), Some(old))
+    c.failback_of_both("roll", "fb-roll", t, Some(old), "patch")
         .await?;
-    c.measure(format!(
-        "roll: Ready again {:.1}s after the patch",
-        recovered - t
-    ));
 
     // Both primary pods deleted (the preStop hook holds while the operator hands over).
-    let victims: Vec<Pod> = pods_of(&client, MAIN)
-        .await?
-        .into_iter()
-        .filter(|p| node_index(MAIN, p) == Some(0))
-        .collect();
-    let old: Vec<String> = victims
-        .iter()
-        .filter_map(|p| p.metadata.uid.clone())
-        .collect();
+    let home = |p: &Pod| node_index(MAIN, p) == Some(0);
+    let old = uids(&client, MAIN, home).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let t = now();
-    for p in &victims {
+    for p in pods_of(&client, MAIN).await?.iter().filter(|p| home(p)) {
         pods.delete(&kube::ResourceExt::name_any(p), &DeleteParams::default())
             .await?;
     }
     eprintln!("[{MAIN} {}] deleted both primary pods", rel(t));
-    let recovered = c
-        .failback("pod delete", "fb-delete", t, away_at(2, 1), Some(old))
+    c.failback_of_both("pod delete", "fb-delete", t, Some(old), "delete")
         .await?;
-    c.measure(format!(
-        "pod delete: Ready again {:.1}s after the delete",
-        recovered - t
-    ));
 
     // Both primaries' servers killed (each container restarts in place).
     let faults = fx.faults()?;
@@ -1045,13 +1058,8 @@ async fn main_cluster(fx: &Fixture) -> anyhow::Result<Vec<String>> {
         faults.kill_container(NS, &format!("valkey-{MAIN}-{s}-0-0"), "server")?;
     }
     eprintln!("[{MAIN} {}] killed both primaries' servers", rel(t));
-    let recovered = c
-        .failback("kill", "fb-kill", t, away_at(2, 1), Some(Vec::new()))
+    c.failback_of_both("kill", "fb-kill", t, Some(Vec::new()), "kill")
         .await?;
-    c.measure(format!(
-        "kill: Ready again {:.1}s after the kill",
-        recovered - t
-    ));
 
     c.finish(writer).await
 }
@@ -1097,10 +1105,10 @@ async fn config_set(client: &Client, pod: &str, key: &str, value: &str) -> anyho
 async fn waits_cluster(fx: &Fixture) -> anyhow::Result<Vec<String>> {
     // No snapshots either (Valkey's default `save` would leave an RDB in the pod's emptyDir,
     // from which a restarted replica resumes with a partial resync): a restart is a full sync.
-    let mut c = Ctx::create(fx, WAITS, 1, 2, serde_json::json!({"config": {"save": ""}})).await?;
+    let (mut c, writer) =
+        Ctx::create_under_writer(fx, WAITS, 1, 2, serde_json::json!({"config": {"save": ""}}))
+            .await?;
     let client = fx.client.clone();
-    let writer = Writer::start(&client, WAITS, PW, 1);
-    tokio::time::sleep(Duration::from_secs(2)).await;
 
     // (a) Node-index 1, then, 3 s before its failback is due, node-index 2.
     let (i1, _) = c.reference_failover(1).await?;
@@ -1232,13 +1240,9 @@ async fn waits_cluster(fx: &Fixture) -> anyhow::Result<Vec<String>> {
         "full sync released: Ready again {:.1}s later",
         recovered - released
     ));
-    check_acked(
-        &mut cluster_client(&client, WAITS, PW).await?,
-        10_000,
-        "sync",
-        "the full sync and the failback",
-    )
-    .await?;
+    let mut conn = cluster_client(&client, WAITS, PW).await?;
+    let during = "the full sync and the failback";
+    check_acked(&mut conn, 10_000, "sync", during).await?;
     c.finish(writer).await
 }
 
@@ -1248,10 +1252,8 @@ async fn scale_cluster(fx: &Fixture) -> anyhow::Result<Vec<String>> {
         "persistence": {"size": "1Gi"},
         "config": {"appendonly": "yes"}
     });
-    let mut c = Ctx::create(fx, SCALE, 2, 1, extra).await?;
+    let (mut c, writer) = Ctx::create_under_writer(fx, SCALE, 2, 1, extra).await?;
     let client = fx.client.clone();
-    let writer = Writer::start(&client, SCALE, PW, 1);
-    tokio::time::sleep(Duration::from_secs(2)).await;
 
     // Keys for the scale-out to move.
     let mut conn = cluster_client(&client, SCALE, PW).await?;
@@ -1348,13 +1350,9 @@ async fn scale_cluster(fx: &Fixture) -> anyhow::Result<Vec<String>> {
         None,
     )
     .await?;
-    check_acked(
-        &mut cluster_client(&client, SCALE, PW).await?,
-        30_000,
-        "scale",
-        "the scale-out and the failback",
-    )
-    .await?;
+    let mut conn = cluster_client(&client, SCALE, PW).await?;
+    let during = "the scale-out and the failback";
+    check_acked(&mut conn, 30_000, "scale", during).await?;
     c.finish(writer).await
 }
 

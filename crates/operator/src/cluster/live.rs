@@ -465,14 +465,12 @@ async fn live_config(
         .map_or(&[][..], |s| &s.live_config_keys);
     let keys = (config == LiveState::Applied && recorded.iter().ne(&user_keys))
         .then(|| user_keys.iter().map(|k| (*k).to_owned()).collect());
-    if conditions.is_some() || keys.is_some() {
-        let update = Update {
-            conditions,
-            live_config_keys: keys,
-            system_users_digest: None,
-        };
-        record(api, shared, node, update, &config, LIVE_CONFIG_APPLY_FAILED).await;
-    }
+    let update = Update {
+        conditions,
+        live_config_keys: keys,
+        ..Update::default()
+    };
+    record(api, shared, node, update, &config, LIVE_CONFIG_APPLY_FAILED).await;
 }
 
 /// The ACL `file` (`None`: none wanted) on `node`'s server (see [`acl_in_effect`]); records
@@ -530,14 +528,12 @@ async fn acl_file(
     );
     let conditions = updated_conditions(node, ACL_APPLIED, wanted, &acl, &applied, now);
     let digest = digest.filter(|d| recorded.as_ref() != Some(d));
-    if conditions.is_some() || digest.is_some() {
-        let update = Update {
-            conditions,
-            live_config_keys: None,
-            system_users_digest: digest,
-        };
-        record(api, shared, node, update, &acl, LIVE_ACL_APPLY_FAILED).await;
-    }
+    let update = Update {
+        conditions,
+        system_users_digest: digest,
+        ..Update::default()
+    };
+    record(api, shared, node, update, &acl, LIVE_ACL_APPLY_FAILED).await;
 }
 
 /// The TLS files on `node`'s server (reloaded when it does not serve the wanted certificate);
@@ -579,15 +575,15 @@ async fn tls_files(
     ) {
         let update = Update {
             conditions: Some(c),
-            live_config_keys: None,
-            system_users_digest: None,
+            ..Update::default()
         };
         record(api, shared, node, update, &outcome, TLS_RELOAD_FAILED).await;
     }
 }
 
 /// A status update of a ValkeyNode: its whole condition list, the live keys and the
-/// system-user digest, each when it changes.
+/// system-user digest, each when it changes (nothing is written when none does).
+#[derive(Default)]
 struct Update {
     conditions: Option<Vec<Condition>>,
     live_config_keys: Option<Vec<String>>,
@@ -673,6 +669,12 @@ async fn record(
     outcome: &LiveState,
     failed_event: &'static str,
 ) {
+    if update.conditions.is_none()
+        && update.live_config_keys.is_none()
+        && update.system_users_digest.is_none()
+    {
+        return;
+    }
     let mut fields = ClusterFields::of(node);
     if let Some(conditions) = update.conditions {
         fields.conditions = conditions;

@@ -72,14 +72,7 @@ pub fn unreachable(n: u32, shard: i32, index: i32, refused: bool) -> Member {
 /// 2 shards × 2 replicas, formed: nodes 1 and 4 own half the slots each, 2, 3 replicate 1 and
 /// 5, 6 replicate 4.
 pub fn formed22() -> Vec<N> {
-    let mut n = vec![
-        node(1, 0, 0),
-        node(2, 0, 1),
-        node(3, 0, 2),
-        node(4, 1, 0),
-        node(5, 1, 1),
-        node(6, 1, 2),
-    ];
+    let mut n = unjoined(2, 3);
     n[0].slots = "0-8191";
     n[3].slots = "8192-16383";
     for (r, p) in [(1, 1), (2, 1), (4, 4), (5, 4)] {
@@ -155,14 +148,16 @@ pub const D31: Layout = Layout {
 
 /// 3 × 1, nothing joined: node 2k+1 at (k, 0), 2k+2 at (k, 1).
 pub fn fresh31() -> Vec<N> {
-    vec![
-        node(1, 0, 0),
-        node(2, 0, 1),
-        node(3, 1, 0),
-        node(4, 1, 1),
-        node(5, 2, 0),
-        node(6, 2, 1),
-    ]
+    unjoined(3, 2)
+}
+
+/// `shards` × `per_shard` nodes, nothing joined, numbered from 1 in shard and index order.
+fn unjoined(shards: i32, per_shard: i32) -> Vec<N> {
+    (0..shards)
+        .flat_map(|s| (0..per_shard).map(move |i| (s, i)))
+        .zip(1..)
+        .map(|((s, i), n)| node(n, s, i))
+        .collect()
 }
 
 /// 3 × 1, formed: the index-0 nodes own the initial plan, the index-1 nodes replicate them.
