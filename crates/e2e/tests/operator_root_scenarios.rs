@@ -11,9 +11,8 @@
 //! 3. Deleting the pod of shard 1's primary (default grace): same outcome.
 //! 4. Live settings (`maxmemory`, `maxmemory-policy`, `maxclients`) changed in `spec.config`
 //!    reach every server without restarting a pod; every ValkeyNode reports
-//!    `LiveConfigApplied=True`. A user added to `spec.users` can log in on every pod (applied
-//!    user by user before the mounted file is refreshed), `ACLApplied=True`, still without a
-//!    restart.
+//!    `LiveConfigApplied=True`. A user added to `spec.users` can log in on every pod (ACL LOAD
+//!    after the mounted file is refreshed), `ACLApplied=True`, still without a restart.
 //! 5. A pod-template change rolls every pod one at a time (replicas first, primaries after a
 //!    coordinated failover) while a client keeps writing: every acknowledged write survives.
 //! 6. Deleting the ValkeyCluster garbage-collects its ValkeyNodes, workloads, Service,
