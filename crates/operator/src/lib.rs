@@ -13,6 +13,7 @@ pub mod node;
 pub mod render;
 mod run;
 pub mod scope;
+pub mod stage_clock;
 pub mod status;
 pub mod telemetry;
 pub mod text;

@@ -126,16 +126,22 @@ async fn cluster_pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action
     let client = &ctx.shared.client;
     let nodes_api: Api<ValkeyNode> = Api::namespaced(client.clone(), &ns);
 
+    let mut clock = crate::stage_clock::StageClock::start("pass");
     let observed = observe::observe(ctx, requested, &key).await?;
+    clock.lap("observe");
     let (spec, topology) = (&requested.spec, &observed.topology);
     let user_rules = rule_check::check(&ctx.rule_verdicts, &observed.pool, spec, topology).await;
+    clock.lap("rule_check");
     let gate = config_gate::gate(requested, &observed.check_pods, !observed.nodes.is_empty());
     // From here on the cluster is seen with the image and settings the gate let through.
     let effective = gate.effective_cluster(requested);
     let desired = build::build(&effective, &observed, &user_rules, &gate);
+    clock.lap("build");
     let applied = apply::apply_all(client, &ns, &desired, &observed).await;
+    clock.lap("apply");
     let plan = plan::plan(&plan_input(requested, &effective, &observed, &desired));
     let outcome = act(ctx, &observed.pool, &nodes_api, plan.step.as_ref()).await;
+    clock.lap("act");
     let tls = TlsCheck::of(&effective, observed.tls_secret.as_ref(), UnixTime::now());
     let now = Timestamp::now();
     let live_input = live::Input {
@@ -148,8 +154,10 @@ async fn cluster_pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action
     };
     let (pool, shared) = (&observed.pool, &ctx.shared);
     let live = live::apply_live(pool, &nodes_api, shared, live_input, &Time(now)).await;
+    clock.lap("live");
     // After the live pass, from the nodes as it left them (both write the same fields).
     report::record_roles(&nodes_api, &live.nodes, &observed.topology).await;
+    clock.lap("roles");
     let stages = report::facts::Stages {
         requested,
         effective: &effective,
@@ -164,9 +172,10 @@ async fn cluster_pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action
         now,
     };
     let report = report::facts::assemble(&stages);
-    report::report(ctx, requested, report)
-        .await
-        .map_err(Error::from)
+    let action = report::report(ctx, requested, report).await;
+    clock.lap("report");
+    clock.log();
+    action.map_err(Error::from)
 }
 
 /// A cluster being deleted: its pool and metrics are dropped; its children go with it

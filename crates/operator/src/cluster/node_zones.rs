@@ -1,7 +1,7 @@
 //! The zones of the Kubernetes nodes pods run on (`topology.kubernetes.io/zone`), read with
 //! `get` on nodes and kept for a minute, so a pass does not read every node again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -38,29 +38,41 @@ impl NodeZones {
     /// off; not kept, so a granted permission counts from the next pass) are left out.
     pub async fn of_pods(&self, client: &kube::Client, pods: &[Pod]) -> BTreeMap<String, String> {
         let api: Api<Node> = Api::all(client.clone());
-        let mut out = BTreeMap::new();
-        for pod in pods {
-            let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
-                continue;
-            };
-            let zone = match self.cached(node) {
-                Some(zone) => zone,
-                None => match api.get_opt(node).await {
-                    Ok(n) => {
-                        let zone = n.and_then(|n| n.labels().get(ZONE_TOPOLOGY_KEY).cloned());
-                        self.keep(node, zone.clone());
-                        zone
-                    }
-                    Err(e) => {
-                        tracing::debug!(%node, error = %e, "cannot read the node's zone");
-                        None
-                    }
-                },
-            };
-            if let Some(zone) = zone {
-                out.insert(pod.name_any(), zone);
+        let node_of = |pod: &Pod| pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        let unknown: BTreeSet<String> = pods
+            .iter()
+            .filter_map(node_of)
+            .filter(|n| self.cached(n).is_none())
+            .collect();
+        // The nodes not cached are read at once.
+        let read = futures::future::join_all(unknown.into_iter().map(|node| {
+            let api = api.clone();
+            async move {
+                let got = api.get_opt(&node).await;
+                (node, got)
+            }
+        }))
+        .await;
+        let mut fresh = HashMap::new();
+        for (node, got) in read {
+            match got {
+                Ok(n) => {
+                    let zone = n.and_then(|n| n.labels().get(ZONE_TOPOLOGY_KEY).cloned());
+                    self.keep(&node, zone.clone());
+                    fresh.insert(node, zone);
+                }
+                Err(e) => tracing::debug!(%node, error = %e, "cannot read the node's zone"),
             }
         }
-        out
+        pods.iter()
+            .filter_map(|pod| {
+                let node = node_of(pod)?;
+                let zone = match fresh.get(&node) {
+                    Some(zone) => zone.clone(),
+                    None => self.cached(&node)?,
+                }?;
+                Some((pod.name_any(), zone))
+            })
+            .collect()
     }
 }

@@ -107,70 +107,124 @@ pub async fn observe(
     let lp = ListParams::default().labels(&format!("{}={}", labels::CLUSTER, name));
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
 
+    let mut clock = crate::stage_clock::StageClock::start("observe");
     let get_secret = |n: String| {
         let secrets = secrets.clone();
         async move { secrets.get_opt(&n).await.map_err(read("a Secret")) }
     };
-    let system_secret = get_secret(names::system_secret_name(&name)).await?;
-    let system_backup_secret = get_secret(names::system_backup_secret_name(&name)).await?;
-    let acl_secret = get_secret(names::acl_secret_name(&name)).await?;
-    let service = Api::<Service>::namespaced(client.clone(), &ns)
-        .get_opt(&names::service_name(&name))
-        .await
-        .map_err(read("the Service"))?;
-    let config_map = Api::<ConfigMap>::namespaced(client.clone(), &ns)
-        .get_opt(&names::config_map_name(&name))
-        .await
-        .map_err(read("the ConfigMap"))?;
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
-        .list(&lp)
-        .await
-        .map_err(read("PodDisruptionBudgets"))?
-        .items;
-    let network_policy = Api::<NetworkPolicy>::namespaced(client.clone(), &ns)
-        .get_opt(&names::network_policy_name(&name))
-        .await;
-    // An operator whose role predates NetworkPolicies may not read them: that only matters
-    // to a cluster that enables one (its apply then fails with the API server's words).
-    let network_policy = if vc.spec.network_policy().is_some() {
-        network_policy.map_err(read("the NetworkPolicy"))?
-    } else {
-        network_policy.unwrap_or_default()
+    // The reads are independent: made at once, a pass waits for the slowest, not their sum
+    // (on a busy API server, while a large cluster's pods start, each takes a second or more).
+    let read_service = async {
+        Api::<Service>::namespaced(client.clone(), &ns)
+            .get_opt(&names::service_name(&name))
+            .await
+            .map_err(read("the Service"))
     };
-    let nodes = Api::<ValkeyNode>::namespaced(client.clone(), &ns)
-        .list(&lp)
-        .await
-        .map_err(read("ValkeyNodes"))?
-        .items;
-    let pods = Api::<Pod>::namespaced(client.clone(), &ns)
-        .list(&lp)
-        .await
-        .map_err(read("pods"))?
-        .items;
-    let check_pods = Api::<Pod>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default().labels(&render::config_check::selector(&name)))
-        .await
-        .map_err(read("config-check pods"))?
-        .items;
-    let mut user_secrets = BTreeMap::new();
-    for s in render::acl::referenced_secrets(&vc.spec) {
-        if let Some(sec) = get_secret(s.clone()).await? {
-            user_secrets.insert(s, sec);
+    let read_config_map = async {
+        Api::<ConfigMap>::namespaced(client.clone(), &ns)
+            .get_opt(&names::config_map_name(&name))
+            .await
+            .map_err(read("the ConfigMap"))
+    };
+    let read_pdbs = async {
+        Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
+            .list(&lp)
+            .await
+            .map(|l| l.items)
+            .map_err(read("PodDisruptionBudgets"))
+    };
+    let read_network_policy = async {
+        let got = Api::<NetworkPolicy>::namespaced(client.clone(), &ns)
+            .get_opt(&names::network_policy_name(&name))
+            .await;
+        // An operator whose role predates NetworkPolicies may not read them: that only
+        // matters to a cluster that enables one (its apply then fails with the API server's
+        // words).
+        if vc.spec.network_policy().is_some() {
+            got.map_err(read("the NetworkPolicy"))
+        } else {
+            Ok(got.unwrap_or_default())
         }
-    }
-    let tls_secret = match vc.spec.tls_secret_name() {
-        Some(n) => get_secret(n.to_owned()).await?,
-        None => None,
     };
+    let read_nodes = async {
+        Api::<ValkeyNode>::namespaced(client.clone(), &ns)
+            .list(&lp)
+            .await
+            .map(|l| l.items)
+            .map_err(read("ValkeyNodes"))
+    };
+    let read_pods = async {
+        Api::<Pod>::namespaced(client.clone(), &ns)
+            .list(&lp)
+            .await
+            .map(|l| l.items)
+            .map_err(read("pods"))
+    };
+    let read_check_pods = async {
+        Api::<Pod>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default().labels(&render::config_check::selector(&name)))
+            .await
+            .map(|l| l.items)
+            .map_err(read("config-check pods"))
+    };
+    let read_user_secrets = async {
+        let names = render::acl::referenced_secrets(&vc.spec);
+        let got =
+            futures::future::try_join_all(names.iter().map(|s| get_secret(s.clone()))).await?;
+        Ok::<_, ObserveError>(
+            names
+                .into_iter()
+                .zip(got)
+                .filter_map(|(n, sec)| Some((n, sec?)))
+                .collect::<BTreeMap<_, _>>(),
+        )
+    };
+    let read_tls_secret = async {
+        match vc.spec.tls_secret_name() {
+            Some(n) => get_secret(n.to_owned()).await,
+            None => Ok(None),
+        }
+    };
+    let (
+        system_secret,
+        system_backup_secret,
+        acl_secret,
+        service,
+        config_map,
+        pdbs,
+        network_policy,
+        nodes,
+        pods,
+        check_pods,
+        user_secrets,
+        tls_secret,
+    ) = tokio::try_join!(
+        get_secret(names::system_secret_name(&name)),
+        get_secret(names::system_backup_secret_name(&name)),
+        get_secret(names::acl_secret_name(&name)),
+        read_service,
+        read_config_map,
+        read_pdbs,
+        read_network_policy,
+        read_nodes,
+        read_pods,
+        read_check_pods,
+        read_user_secrets,
+        read_tls_secret,
+    )?;
     let tls_ca = tls_secret
         .as_ref()
         .and_then(|s| s.data.as_ref()?.get("ca.crt").map(|b| b.0.clone()));
 
+    clock.lap("api reads");
     let passwords =
         render::secrets::system_passwords(&[system_secret.as_ref(), system_backup_secret.as_ref()]);
     let pod_zones = ctx.node_zones.of_pods(client, &pods).await;
     let pool = ctx.pool(key, &passwords.operator, tls_ca.as_deref());
+    clock.lap("zones");
     let topology = observe_topology(&pool, positions(&pods)).await;
+    clock.lap("servers");
+    clock.log();
     Ok(Observed {
         pod_ips: pod_ips(&pods),
         terminating: terminating(&pods),

@@ -305,7 +305,7 @@ async fn node_pass(node: Arc<ValkeyNode>, ctx: Arc<Ctx>) -> Result<Action, NodeE
         claim.resize_refused.as_deref(),
     )
     .await?;
-    if node.status.as_ref() != Some(&status) {
+    if status_writes::node_fields_changed(node.status.as_ref(), &status) {
         status_writes::apply_node_fields(&nodes, &node.name_any(), &status).await?;
         debug!(node = %node.name_any(), ready = status.ready, "patched ValkeyNode status");
     }
@@ -478,17 +478,26 @@ async fn observe_pod(
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",");
+    // Served from the API server's watch cache (`resourceVersion=0`): at least as new as the
+    // event that started this pass, and no quorum read per node when many nodes start.
     let pod = pods
-        .list(&ListParams::default().labels(&selector))
+        .list(&ListParams::default().labels(&selector).match_any())
         .await?
         .items
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0));
     let create_failure = match (&pod, &workload.statefulset, &workload.deployment) {
-        (None, Some(sts), _) => {
+        (None, Some(sts), _)
+            if create_failure::worth_asking(
+                sts.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                k8s_openapi::jiff::Timestamp::now(),
+            ) =>
+        {
             let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-            let lp = ListParams::default().fields(&create_failure::event_selector(&sts.name_any()));
+            let lp = ListParams::default()
+                .fields(&create_failure::event_selector(&sts.name_any()))
+                .match_any();
             match events.list(&lp).await {
                 Ok(list) => {
                     create_failure::from_events(&list.items, k8s_openapi::jiff::Timestamp::now())

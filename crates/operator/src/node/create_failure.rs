@@ -16,6 +16,17 @@ pub const FAILED_CREATE: &str = "FailedCreate";
 /// back-off of at most a few minutes, and updates the event each time).
 pub const RECENT: Duration = Duration::from_secs(300);
 
+/// How long a StatefulSet may be without its pod before its events are read: the controller
+/// creates a pod within a second or two, longer on a busy control plane, and listing events
+/// for every new node would load the API server when a large cluster is created.
+pub const GRACE: Duration = Duration::from_secs(10);
+
+/// Whether a StatefulSet created at `created` and still without a pod at `now` is worth
+/// asking why (see [`GRACE`]); one without a creation time is.
+pub fn worth_asking(created: Option<Timestamp>, now: Timestamp) -> bool {
+    created.is_none_or(|c| now.duration_since(c).unsigned_abs() >= GRACE)
+}
+
 /// The field selector of a StatefulSet's `FailedCreate` events.
 pub fn event_selector(statefulset: &str) -> String {
     format!(
@@ -58,6 +69,15 @@ pub fn from_deployment(d: &Deployment) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_are_read_only_after_the_grace() {
+        let now: Timestamp = "2026-01-01T00:00:30Z".parse().unwrap();
+        let at = |s: &str| Some(s.parse::<Timestamp>().unwrap());
+        assert!(!worth_asking(at("2026-01-01T00:00:25Z"), now));
+        assert!(worth_asking(at("2026-01-01T00:00:20Z"), now));
+        assert!(worth_asking(None, now));
+    }
 
     fn event(reason: &str, at: i64, message: &str) -> Event {
         serde_json::from_value(serde_json::json!({

@@ -48,20 +48,36 @@ impl ClusterFields {
     }
 }
 
+/// The node controller's fields of `status`: the other owner's fields emptied, its own
+/// conditions in type order.
+fn node_fields(status: &ValkeyNodeStatus) -> ValkeyNodeStatus {
+    let mut conditions = owned(&status.conditions, &NODE_CONDITIONS);
+    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    ValkeyNodeStatus {
+        role: None,
+        live_config_keys: Vec::new(),
+        system_users_digest: None,
+        conditions,
+        ..status.clone()
+    }
+}
+
+/// Whether the node controller's fields of `desired` differ from those of `current`
+/// (conditions compared by type, not by the order the API server keeps them in). A status
+/// equal in content is not written again: a reconcile that runs on a cached object one
+/// write behind would otherwise write that older content back, and each write starts
+/// another reconcile.
+pub fn node_fields_changed(current: Option<&ValkeyNodeStatus>, desired: &ValkeyNodeStatus) -> bool {
+    current.map(node_fields) != Some(node_fields(desired))
+}
+
 /// Applies the node controller's fields of `status` to the ValkeyNode `name`.
 pub async fn apply_node_fields(
     api: &Api<ValkeyNode>,
     name: &str,
     status: &ValkeyNodeStatus,
 ) -> Result<(), kube::Error> {
-    let status = ValkeyNodeStatus {
-        role: None,
-        live_config_keys: Vec::new(),
-        system_users_digest: None,
-        conditions: owned(&status.conditions, &NODE_CONDITIONS),
-        ..status.clone()
-    };
-    apply(api, name, NODE_FIELD_MANAGER, &status).await
+    apply(api, name, NODE_FIELD_MANAGER, &node_fields(status)).await
 }
 
 /// Applies the cluster controller's `fields` to the ValkeyNode `name`.
@@ -109,4 +125,45 @@ async fn apply(
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn cond(type_: &str, at: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: "True".into(),
+            reason: "R".into(),
+            message: String::new(),
+            observed_generation: Some(1),
+            last_transition_time: Time(at.parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn only_a_change_of_the_node_fields_is_written() {
+        let t = "2026-01-01T00:00:00Z";
+        let stored = ValkeyNodeStatus {
+            ready: true,
+            role: Some("primary".into()),
+            conditions: vec![cond(READY, t), cond(ACL_APPLIED, t), cond(PVC_READY, t)],
+            ..Default::default()
+        };
+        // The same content in type order, without the cluster controller's fields.
+        let same = ValkeyNodeStatus {
+            ready: true,
+            conditions: vec![cond(PVC_READY, t), cond(READY, t)],
+            ..Default::default()
+        };
+        assert!(!node_fields_changed(Some(&stored), &same));
+        let later = ValkeyNodeStatus {
+            conditions: vec![cond(PVC_READY, t), cond(READY, "2026-01-01T00:00:04Z")],
+            ..same.clone()
+        };
+        assert!(node_fields_changed(Some(&stored), &later));
+        assert!(node_fields_changed(None, &same));
+    }
 }

@@ -88,19 +88,32 @@ pub fn role_updates(nodes: &[ValkeyNode], topology: &Topology) -> Vec<(String, S
 /// Records every ValkeyNode's live role when it changed (with the cluster controller's other
 /// status fields, see `node/status_writes.rs`).
 pub async fn record_roles(api: &Api<ValkeyNode>, nodes: &[ValkeyNode], topology: &Topology) {
-    for (name, role) in role_updates(nodes, topology) {
-        let Some(node) = nodes.iter().find(|n| n.name_any() == name) else {
-            continue;
-        };
-        let fields = ClusterFields {
-            role: Some(role),
-            ..ClusterFields::of(node)
-        };
-        if let Err(e) = apply_cluster_fields(api, &name, &fields).await {
-            debug!(node = %name, error = %e, "could not record the live role");
-        }
-    }
+    let updates: Vec<(String, ClusterFields)> = role_updates(nodes, topology)
+        .into_iter()
+        .filter_map(|(name, role)| {
+            let node = nodes.iter().find(|n| n.name_any() == name)?;
+            let fields = ClusterFields {
+                role: Some(role),
+                ..ClusterFields::of(node)
+            };
+            Some((name, fields))
+        })
+        .collect();
+    // A few at once: a new large cluster records every node's role in one pass.
+    crate::bounded::map_in_order(
+        &updates,
+        ROLE_WRITES_IN_FLIGHT,
+        |(name, fields)| async move {
+            if let Err(e) = apply_cluster_fields(api, name, fields).await {
+                debug!(node = %name, error = %e, "could not record the live role");
+            }
+        },
+    )
+    .await;
 }
+
+/// How many role writes are in flight at once.
+const ROLE_WRITES_IN_FLIGHT: usize = 16;
 
 /// How soon to look again: at once while a step acts, a shard has no writer (its takeover, or
 /// Valkey's own election, should be acted on or observed within a second) or a change is still
