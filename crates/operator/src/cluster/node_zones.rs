@@ -53,25 +53,20 @@ impl NodeZones {
             }
         }))
         .await;
-        let mut fresh = HashMap::new();
         for (node, got) in read {
             match got {
-                Ok(n) => {
-                    let zone = n.and_then(|n| n.labels().get(ZONE_TOPOLOGY_KEY).cloned());
-                    self.keep(&node, zone.clone());
-                    fresh.insert(node, zone);
-                }
+                Ok(n) => self.keep(
+                    &node,
+                    n.and_then(|n| n.labels().get(ZONE_TOPOLOGY_KEY).cloned()),
+                ),
                 Err(e) => tracing::debug!(%node, error = %e, "cannot read the node's zone"),
             }
         }
         pods.iter()
             .filter_map(|pod| {
-                let node = node_of(pod)?;
-                let zone = match fresh.get(&node) {
-                    Some(zone) => zone.clone(),
-                    None => self.cached(&node)?,
-                }?;
-                Some((pod.name_any(), zone))
+                // Not cached: not scheduled or not readable; `None` inside: no zone label.
+                let zone = self.cached(&node_of(pod)?)?;
+                Some((pod.name_any(), zone?))
             })
             .collect()
     }

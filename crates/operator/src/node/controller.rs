@@ -487,21 +487,18 @@ async fn observe_pod(
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0));
+    let now = k8s_openapi::jiff::Timestamp::now();
     let create_failure = match (&pod, &workload.statefulset, &workload.deployment) {
         (None, Some(sts), _)
             if create_failure::worth_asking(
                 sts.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                k8s_openapi::jiff::Timestamp::now(),
+                now,
             ) =>
         {
             let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-            let lp = ListParams::default()
-                .fields(&create_failure::event_selector(&sts.name_any()))
-                .match_any();
+            let lp = ListParams::default().fields(&create_failure::event_selector(&sts.name_any()));
             match events.list(&lp).await {
-                Ok(list) => {
-                    create_failure::from_events(&list.items, k8s_openapi::jiff::Timestamp::now())
-                }
+                Ok(list) => create_failure::from_events(&list.items, now),
                 Err(e) => {
                     debug!(node = %node.name_any(), error = %e, "cannot list the StatefulSet's events");
                     None
