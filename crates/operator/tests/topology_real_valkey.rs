@@ -115,9 +115,25 @@ async fn forms_3x1_and_replaces_a_dead_primary() {
         "formed 3x1 in {:.1}s with {steps} steps",
         t.elapsed().as_secs_f64()
     );
-    let (_, shards) = analyze(d, &observe(&pool, &servers).await);
+    let formed = observe(&pool, &servers).await;
+    let (_, shards) = analyze(d, &formed);
     assert_eq!(shards[0].primary_pod.as_deref(), Some("pod-0-0"));
     assert_eq!(shards[0].slots, ["0-5460"]);
+    // Formed as `valkey-cli --cluster create` does: the fresh primaries claimed their slots
+    // and distinct config epochs, then met (one step), then the replicas attached (one step;
+    // a replica whose handshake outlasts the step's wait attaches in the next).
+    assert!(steps <= 3, "claims and MEET, then replicas: {steps} steps");
+    let epochs: std::collections::BTreeSet<u64> = formed
+        .members()
+        .iter()
+        .filter_map(|m| m.me().filter(|me| me.owns_slots()))
+        .map(|me| me.config_epoch)
+        .collect();
+    assert_eq!(
+        epochs,
+        [1, 2, 3].into(),
+        "each primary has an epoch of its own"
+    );
 
     // Kill shard 0's primary; Valkey promotes its replica (node timeout 2 s).
     let dead = servers.remove(0);

@@ -30,8 +30,8 @@ pub use migrate::{
 pub use observe::{Position, observe_node, observe_topology};
 pub use settings::{config_set, tls_reload, wait_replicas};
 pub use topology::{
-    FailoverMode, add_slots_range, ensure_config_epoch, failover, forget_everywhere, meet,
-    meet_again, replicate, reset_soft,
+    FailoverMode, add_slots_range, claim_slots, ensure_config_epoch, failover, forget_everywhere,
+    meet, meet_again, replicate, reset_soft,
 };
 
 /// Errors of cluster commands.

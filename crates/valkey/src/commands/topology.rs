@@ -72,6 +72,22 @@ pub async fn ensure_config_epoch(pool: &NodePool, addr: &str, epoch: u64) -> Res
     Ok(true)
 }
 
+/// Prepares a fresh node (it knows only itself) as a new cluster's shard primary before it
+/// meets the others, as `valkey-cli --cluster create` does: a config epoch of its own
+/// ([`ensure_config_epoch`], so no two primaries of the new cluster share one) and the
+/// shard's slots ([`add_slots_range`]), which the handshake then carries to every node it
+/// meets. Returns the number of slots added; a node met in the meantime keeps its epoch and
+/// only gets the slots no node it knows owns.
+pub async fn claim_slots(
+    pool: &NodePool,
+    addr: &str,
+    epoch: u64,
+    ranges: &[SlotRange],
+) -> Result<usize> {
+    ensure_config_epoch(pool, addr, epoch).await?;
+    add_slots_range(pool, addr, ranges).await
+}
+
 /// Introduces the node at `new_addr` to the cluster through `seed_addr` (`CLUSTER MEET`
 /// sent to the seed). Skips when either side already knows the other or a handshake with
 /// that address is in progress. Returns whether MEET was sent.

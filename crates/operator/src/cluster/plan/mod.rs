@@ -135,7 +135,15 @@ pub fn plan(input: &Input<'_>) -> Plan {
     let step = failover
         .step
         .or_else(|| handover::terminating_primary(&within, input.terminating))
-        .or_else(|| topology::topology_step(input.layout, &within, Some(input.pod_ips)))
+        .or_else(|| {
+            let recorded = input
+                .previous_shards
+                .iter()
+                .filter(|s| !s.slots.is_empty())
+                .map(|s| s.index)
+                .collect();
+            topology::topology_step(input.layout, &within, Some(input.pod_ips), &recorded)
+        })
         .or_else(|| removal::surplus(input.layout, input.topology, input.nodes))
         .or_else(|| rebalance::open_slots_step(input.layout, input.topology))
         .or_else(|| rebalance::rebalance_step(input.layout, input.topology))

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use valkey_ops::slot_plan::initial_assignment;
-use valkey_ops::{Layout, Member, SLOT_COUNT, SlotSet, Topology};
+use valkey_ops::{Layout, Member, SLOT_COUNT, SlotRange, SlotSet, Topology};
 
 #[cfg(test)]
 use super::failover::{FailoverTiming, failover_step};
@@ -29,20 +29,39 @@ pub(super) fn next_step(
 ) -> Option<Step> {
     // A shard without a writer that Valkey cannot fail over by itself comes first.
     failover_step(layout, topology, pod_ips, timing)
-        .or_else(|| topology_step(layout, topology, pod_ips))
+        .or_else(|| topology_step(layout, topology, pod_ips, &BTreeSet::new()))
 }
 
 /// The step after the failover: MEET, re-MEET, slot assignment, replica
 /// attachment or forgetting a departed node.
+///
+/// `recorded` are the shards whose slots the status has recorded: a shard that ever had slots
+/// is never claimed afresh (see [`fresh_claims`]).
 pub(super) fn topology_step(
     layout: Layout,
     topology: &Topology,
     pod_ips: Option<&BTreeSet<IpAddr>>,
+    recorded: &BTreeSet<i32>,
 ) -> Option<Step> {
     let seed = topology.seed()?;
+    let plan = usize::try_from(layout.shards)
+        .ok()
+        .and_then(|n| initial_assignment(n).ok())
+        .unwrap_or_default();
+
+    // 0. A new shard's fresh primary claims its slots and a config epoch before it meets the
+    //    others; the MEET of every node the seed does not know follows in the same step.
+    let unknown: Vec<_> = topology.unjoined().map(|m| m.addr).collect();
+    let claims = fresh_claims(topology, &plan, recorded);
+    if !claims.is_empty() {
+        return Some(Step::ClaimAndMeet(steps::ClaimAndMeet {
+            seed: seed.addr,
+            claims,
+            nodes: unknown,
+        }));
+    }
 
     // 1. MEET nodes the seed does not know.
-    let unknown: Vec<_> = topology.unjoined().map(|m| m.addr).collect();
     if !unknown.is_empty() {
         return Some(Step::Meet(steps::Meet {
             seed: seed.addr,
@@ -68,10 +87,6 @@ pub(super) fn topology_step(
         .filter_map(|m| m.me().filter(|me| me.is_primary()))
         .fold(topology.owned_slots(), |acc, me| acc.union(&me.slot_set()));
     if owned.len() < usize::from(SLOT_COUNT) {
-        let plan = usize::try_from(layout.shards)
-            .ok()
-            .and_then(|n| initial_assignment(n).ok())
-            .unwrap_or_default();
         let mut assignments = Vec::new();
         for (shard, range) in (0..).zip(plan) {
             let missing = SlotSet::from_ranges(&[range]).difference(&owned);
@@ -166,13 +181,54 @@ pub(super) fn topology_step(
     }))
 }
 
+/// The claims of a new cluster's fresh shard primaries, as `valkey-cli --cluster create`
+/// makes them: each index-0 node that knows only itself and owns nothing takes its shard's
+/// range of the initial `plan` and the config epoch `shard + 1` before it meets the others, so
+/// the handshakes carry the slots to every node (no gossip round to wait for after) and no
+/// two primaries of the new cluster share an epoch. Only for a shard without a writer, whose
+/// slots the status never `recorded` and whose range no reachable node shows owned by any
+/// node: a shard that existed keeps the slower way (MEET, then slots to the primary the seed
+/// knows).
+fn fresh_claims(
+    topology: &Topology,
+    plan: &[SlotRange],
+    recorded: &BTreeSet<i32>,
+) -> Vec<steps::Claim> {
+    let seen_owned = topology
+        .reachable()
+        .filter_map(|m| m.view.as_ref())
+        .flat_map(|v| v.nodes.nodes.iter())
+        .fold(SlotSet::new(), |acc, n| acc.union(&n.slot_set()));
+    (0..)
+        .zip(plan)
+        .filter(|(shard, _)| !recorded.contains(shard) && topology.writer(*shard).is_none())
+        .filter_map(|(shard, range)| {
+            let m = topology.at(shard, 0)?;
+            let view = m.view.as_ref()?;
+            let me = m.me()?;
+            let fresh = view.nodes.nodes.len() == 1 && me.is_primary() && !me.owns_slots();
+            let unowned = SlotSet::from_ranges(&[*range])
+                .intersection(&seen_owned)
+                .is_empty();
+            (fresh && unowned).then(|| steps::Claim {
+                addr: m.addr,
+                shard,
+                ranges: vec![*range],
+                epoch: u64::try_from(shard).unwrap_or(0) + 1,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
+
     use super::super::testworld::*;
     use super::*;
 
     #[test]
-    fn fresh_nodes_are_met_in_one_batch() {
+    fn fresh_primaries_claim_their_slots_then_everyone_is_met_in_one_step() {
         let step = next_step(
             D31,
             &world(&fresh31(), &[]),
@@ -180,11 +236,69 @@ mod tests {
             FailoverTiming::default(),
         )
         .unwrap();
-        let Step::Meet(steps::Meet { seed, nodes }) = step else {
-            panic!("expected meet, got {step:?}")
+        let Step::ClaimAndMeet(steps::ClaimAndMeet {
+            seed,
+            claims,
+            nodes,
+        }) = step
+        else {
+            panic!("expected claims and meet, got {step:?}")
         };
         assert_eq!(seed, addr(1));
         assert_eq!(nodes.len(), 5);
+        let got: Vec<(SocketAddr, i32, String, u64)> = claims
+            .iter()
+            .map(|c| (c.addr, c.shard, c.ranges[0].to_string(), c.epoch))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (addr(1), 0, "0-5460".to_owned(), 1),
+                (addr(3), 1, "5461-10922".to_owned(), 2),
+                (addr(5), 2, "10923-16383".to_owned(), 3),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_shard_that_had_slots_is_never_claimed_afresh() {
+        // Shard 1's index-0 pod was replaced by a fresh node while its owner is out of reach:
+        // the status recorded the shard's slots, so the fresh node is only met.
+        let world = world(&fresh31(), &[]);
+        let recorded: BTreeSet<i32> = [1].into();
+        let step = topology_step(D31, &world, None, &recorded).unwrap();
+        let Step::ClaimAndMeet(steps::ClaimAndMeet { claims, .. }) = step else {
+            panic!("expected claims and meet, got {step:?}")
+        };
+        assert_eq!(claims.iter().map(|c| c.shard).collect::<Vec<_>>(), [0, 2]);
+        let all: BTreeSet<i32> = [0, 1, 2].into();
+        let step = topology_step(D31, &world, None, &all).unwrap();
+        assert!(matches!(step, Step::Meet(_)), "got {step:?}");
+    }
+
+    #[test]
+    fn a_range_some_node_owns_is_not_claimed() {
+        // Node 2 (shard 0, index 1) owns a slot of shard 1's initial range: shard 0 has a
+        // writer and shard 1's range is partly owned, so only shard 2 claims; nor does a node
+        // that already knows another.
+        let mut n = fresh31();
+        n[1].slots = "6000";
+        let step = next_step(D31, &world(&n, &[]), None, FailoverTiming::default()).unwrap();
+        let Step::ClaimAndMeet(steps::ClaimAndMeet { claims, .. }) = step else {
+            panic!("expected claims and meet, got {step:?}")
+        };
+        assert_eq!(claims.iter().map(|c| c.shard).collect::<Vec<_>>(), [2]);
+        let step = next_step(
+            D31,
+            &world(&fresh31(), &[1, 3]),
+            None,
+            FailoverTiming::default(),
+        )
+        .unwrap();
+        let Step::ClaimAndMeet(steps::ClaimAndMeet { claims, .. }) = step else {
+            panic!("expected claims and meet, got {step:?}")
+        };
+        assert_eq!(claims.iter().map(|c| c.shard).collect::<Vec<_>>(), [2]);
     }
 
     #[test]
@@ -416,12 +530,13 @@ mod tests {
             replicas: 0,
         };
         let m = world(&[node(1, 0, 0)], &[]);
-        let Some(Step::AssignSlots(steps::AssignSlots { assignments })) =
+        let Some(Step::ClaimAndMeet(steps::ClaimAndMeet { claims, nodes, .. })) =
             next_step(d, &m, None, FailoverTiming::default())
         else {
             panic!("expected slots")
         };
-        assert_eq!(assignments[0].2[0].to_string(), "0-16383");
+        assert_eq!(claims[0].ranges[0].to_string(), "0-16383");
+        assert!(nodes.is_empty());
     }
 
     #[test]

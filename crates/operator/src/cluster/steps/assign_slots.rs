@@ -10,7 +10,7 @@ use super::{Act, Actor, Outcome, Reporting, TargetError, each_target};
 use crate::status::{Activity, FailureKind, Progress};
 use crate::text;
 
-const REPORTING: Reporting = Reporting {
+pub(super) const REPORTING: Reporting = Reporting {
     action: "AssignSlots",
     done: Some((event::PRIMARY_CREATED, event::PRIMARIES_CREATED)),
     failed: Some(event::SLOT_ASSIGNMENT_FAILED),

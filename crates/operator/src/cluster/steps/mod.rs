@@ -64,6 +64,7 @@ macro_rules! steps {
 }
 
 steps! {
+    claim_and_meet::ClaimAndMeet,
     meet::Meet,
     re_meet::ReMeet,
     assign_slots::AssignSlots,
@@ -78,6 +79,7 @@ steps! {
     hand_back::Failback,
 }
 
+pub use claim_and_meet::Claim;
 pub use migrate_slots::Transfer;
 
 impl Step {
