@@ -132,10 +132,6 @@ pub struct ValkeyNodeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acl_secret_name: Option<String>,
 
-    /// Hash of the rendered ACL file, applied live when it changes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub acl_hash: Option<String>,
-
     /// Resolved pod termination grace period in seconds.
     #[schemars(range(min = 1))]
     pub termination_grace_period_seconds: i64,

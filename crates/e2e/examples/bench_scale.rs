@@ -375,8 +375,16 @@ async fn main() -> anyhow::Result<()> {
         Command::new(&a.operator)
             .args(["run", "--metrics-address", "127.0.0.1:0"])
             .env("KUBECONFIG", fx.env.kubeconfig_path())
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
+            // BENCH_OPERATOR_LOG=<file> keeps the operator's log (with BENCH_RUST_LOG's filter,
+            // such as `info,valkey_operator::stage_clock=debug` for the stage timings).
+            .env(
+                "RUST_LOG",
+                std::env::var("BENCH_RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(match std::env::var_os("BENCH_OPERATOR_LOG") {
+                Some(path) => Stdio::from(std::fs::File::create(path)?),
+                None => Stdio::null(),
+            })
             .spawn()
             .with_context(|| format!("starting {}", a.operator))?,
     );

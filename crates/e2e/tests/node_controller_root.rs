@@ -75,7 +75,6 @@ async fn apply_cluster_objects(client: &Client, vc: &ValkeyCluster) -> anyhow::R
     .await?;
     apply(client, &render::service::service(&name, NS, None)).await?;
     let inputs = NodeInputs {
-        acl_revision: Some(acl.revision),
         workload_revision: Some("1".into()),
     };
     let node = render::valkeynode::valkey_node(vc, 0, 0, &inputs, None);

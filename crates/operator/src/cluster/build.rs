@@ -81,11 +81,10 @@ pub fn build(
     let owner_for_acl = owner.clone();
     let spec = &vc.spec;
     let users = users_acl(vc, observed, user_rules);
-    let acl_revision = Some(users.file.revision.as_str());
     // Each node keeps the workload revision it has: a pending pod-template change is
     // authorized by planning, not here.
     let nodes = if gate.effective.is_some() {
-        valkey_nodes(vc, acl_revision, owner.clone(), |n| {
+        valkey_nodes(vc, owner.clone(), |n| {
             observed.node(n)?.spec.workload_revision.clone()
         })
     } else {

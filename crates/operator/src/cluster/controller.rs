@@ -150,6 +150,7 @@ async fn cluster_pass(requested: &ValkeyCluster, ctx: &Context) -> Result<Action
         topology: &observed.topology,
         tls: tls.files(&effective),
         acl_content: Some(desired.acl.0.content.as_str()),
+        acl_revision: Some(desired.acl.0.revision.as_str()),
         zones: live::zones_to_set(&effective.spec, &observed.pod_zones),
     };
     let (pool, shared) = (&observed.pool, &ctx.shared);

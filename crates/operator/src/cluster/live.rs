@@ -42,7 +42,7 @@ use valkey_ops::commands::{
     restore_system_users, tls_reload,
 };
 use valkey_ops::tls::{fingerprint, served_certificate};
-use valkey_ops::{Topology, Version};
+use valkey_ops::{Member, Topology, Version};
 
 use super::tls_secret::Wanted;
 use crate::context::Shared;
@@ -288,6 +288,8 @@ pub struct Input<'a> {
     /// The ACL file the pods should have loaded (applied user by user where `ACL LOAD` is
     /// unsafe, see `acl_load_unsafe`).
     pub acl_content: Option<&'a str>,
+    /// The revision of that file (its marker user), `None` where no ACL is wanted.
+    pub acl_revision: Option<&'a str>,
     /// Pod name → zone of its Kubernetes node, to set as `availability-zone`; `None` when the
     /// user sets it.
     pub zones: Option<&'a BTreeMap<String, String>>,
@@ -361,6 +363,7 @@ async fn live_node(
         topology,
         tls,
         acl_content,
+        acl_revision,
         zones,
         ..
     } = input;
@@ -383,8 +386,8 @@ async fn live_node(
             .map(|(k, _)| k.clone()),
     );
     let mut node = node.clone();
+    let before = ClusterFields::of(&node);
     node.spec.config.live = want.spec.config.live.clone();
-    node.spec.acl_hash = want.spec.acl_hash.clone();
     let addr = topology
         .at(node.spec.shard_index, node.spec.node_index)
         .filter(|m| m.view.is_some())
@@ -398,14 +401,31 @@ async fn live_node(
         .and_then(|m| zones?.get(&m.pod))
         .map(String::as_str);
     live_config(pool, w, &mut node, want, &previously, addr, zone).await;
-    let acl = want.spec.acl_hash.as_deref().map(|revision| AclFile {
+    let acl = acl_revision.map(|revision| AclFile {
         content: acl_content.unwrap_or_default(),
         revision,
     });
     let (node_ref, acl) = (&mut node, acl.as_ref());
     acl_file(pool, w, node_ref, acl, addr, version, summary).await;
     tls_files(pool, w, &mut node, tls, addr, summary).await;
+    if let Some(role) = member.and_then(live_role) {
+        node.status.get_or_insert_with(Default::default).role = Some(role.to_owned());
+    }
+    write_changes(w.api, &node, &before).await;
     summary.nodes.push(node);
+}
+
+/// The live role of a member for `ValkeyNode.status.role` (`primary` or `replica`), `None`
+/// while it cannot be observed.
+pub fn live_role(member: &Member) -> Option<&'static str> {
+    let me = member.me()?;
+    if me.is_primary() {
+        Some("primary")
+    } else if me.is_replica() {
+        Some("replica")
+    } else {
+        None
+    }
 }
 
 /// Where the live pass records what it did.
@@ -427,7 +447,7 @@ async fn live_config(
     addr: Option<&str>,
     zone: Option<&str>,
 ) {
-    let Writer { api, shared, now } = *w;
+    let Writer { shared, now, .. } = *w;
     let user_keys: Vec<&str> = want
         .spec
         .config
@@ -472,7 +492,7 @@ async fn live_config(
         live_config_keys: keys,
         ..Update::default()
     };
-    record(api, shared, node, update, &config, LIVE_CONFIG_APPLY_FAILED).await;
+    record(shared, node, update, &config, LIVE_CONFIG_APPLY_FAILED).await;
 }
 
 /// The ACL `file` (`None`: none wanted) on `node`'s server (see [`acl_in_effect`]); records
@@ -487,7 +507,7 @@ async fn acl_file(
     version: Option<Version>,
     summary: &mut Summary,
 ) {
-    let Writer { api, shared, now } = *w;
+    let Writer { shared, now, .. } = *w;
     let recorded = node
         .status
         .as_ref()
@@ -535,7 +555,7 @@ async fn acl_file(
         system_users_digest: digest,
         ..Update::default()
     };
-    record(api, shared, node, update, &acl, LIVE_ACL_APPLY_FAILED).await;
+    record(shared, node, update, &acl, LIVE_ACL_APPLY_FAILED).await;
 }
 
 /// The TLS files on `node`'s server (reloaded when it does not serve the wanted certificate);
@@ -548,7 +568,7 @@ async fn tls_files(
     addr: Option<&str>,
     summary: &mut Summary,
 ) {
-    let Writer { api, shared, now } = *w;
+    let Writer { shared, now, .. } = *w;
     let outcome = match tls {
         TlsFiles::Off | TlsFiles::Unusable => LiveState::Unobserved,
         TlsFiles::Wanted(want) if tls_in_effect(node, want) => LiveState::Applied,
@@ -579,7 +599,7 @@ async fn tls_files(
             conditions: Some(c),
             ..Update::default()
         };
-        record(api, shared, node, update, &outcome, TLS_RELOAD_FAILED).await;
+        record(shared, node, update, &outcome, TLS_RELOAD_FAILED).await;
     }
 }
 
@@ -652,45 +672,44 @@ async fn acl_in_effect(
     })
 }
 
-/// Writes the node's live-change conditions, live keys and system-user digest (with the
-/// cluster controller's other status fields, see `node/status_writes.rs`) and, for a failure,
-/// the Warning event `failed_event`. `node` keeps what was written for the next update.
+/// Stages the node's live-change conditions, live keys and system-user digest in `node` (the
+/// live pass of the node writes them once, see [`write_changes`]) and, for a failure,
+/// publishes the Warning event `failed_event`.
 async fn record(
-    api: &Api<ValkeyNode>,
     shared: &Shared,
     node: &mut ValkeyNode,
     update: Update,
     outcome: &LiveState,
     failed_event: &'static str,
 ) {
-    if update.conditions.is_none()
-        && update.live_config_keys.is_none()
-        && update.system_users_digest.is_none()
-    {
-        return;
-    }
-    let mut fields = ClusterFields::of(node);
+    let status = node.status.get_or_insert_with(Default::default);
     if let Some(conditions) = update.conditions {
-        fields.conditions = conditions;
+        status.conditions = conditions;
     }
     if let Some(keys) = update.live_config_keys {
-        fields.live_config_keys = keys;
+        status.live_config_keys = keys;
     }
     if let Some(d) = update.system_users_digest {
-        fields.system_users_digest = Some(d);
+        status.system_users_digest = Some(d);
     }
-    if let Err(e) = apply_cluster_fields(api, &node.name_any(), &fields).await {
-        debug!(node = %node.name_any(), error = %e, "could not record a live-change condition");
-        return;
-    }
-    let status = node.status.get_or_insert_with(Default::default);
-    status.conditions = fields.conditions;
-    status.live_config_keys = fields.live_config_keys;
-    status.system_users_digest = fields.system_users_digest;
     if let LiveState::Failed(message) = outcome {
         warn!(node = %node.name_any(), %message, reason = failed_event, "live change not applied");
         let ev = EventSpec::warning(failed_event, "ApplyLive", message.clone());
         shared.publish(&node.object_ref(&()), &[ev]).await;
+    }
+}
+
+/// Writes the cluster controller's fields of `node` (its live-change conditions, live keys,
+/// system-user digest and live `role`; see `node/status_writes.rs`) when they differ from
+/// `before`: one write per node and pass, however many of them changed. A refused write is
+/// tried again by the next pass, which reads the node afresh.
+async fn write_changes(api: &Api<ValkeyNode>, node: &ValkeyNode, before: &ClusterFields) {
+    let after = ClusterFields::of(node);
+    if after == *before {
+        return;
+    }
+    if let Err(e) = apply_cluster_fields(api, &node.name_any(), &after).await {
+        debug!(node = %node.name_any(), error = %e, "could not record the node's live state");
     }
 }
 

@@ -13,8 +13,6 @@ pub const FIRST_REVISION: &str = "1";
 /// Inputs of a ValkeyNode that the cluster controller computes from observed state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeInputs {
-    /// Revision of the rendered ACL file ([`super::acl::AclFile::revision`]).
-    pub acl_revision: Option<String>,
     /// Workload revision authorizing a roll of this node's pod (see the ValkeyNode controller:
     /// with `None` template changes are applied at once).
     pub workload_revision: Option<String>,
@@ -65,7 +63,6 @@ pub fn valkey_node(
         },
         tls_secret_name: spec.tls_secret_name().map(str::to_owned),
         acl_secret_name: Some(names::acl_secret_name(&name)),
-        acl_hash: inputs.acl_revision.clone(),
         termination_grace_period_seconds: spec.termination_grace_period_seconds(),
         workload_revision: inputs.workload_revision.clone(),
     };
@@ -86,7 +83,6 @@ pub fn valkey_node(
 /// workload revision `revision_of` gives for its name (`"1"` when `None`: a new node).
 pub fn valkey_nodes(
     cluster: &ValkeyCluster,
-    acl_revision: Option<&str>,
     owner: Option<OwnerReference>,
     revision_of: impl Fn(&str) -> Option<String>,
 ) -> Vec<ValkeyNode> {
@@ -97,7 +93,6 @@ pub fn valkey_nodes(
         .map(|(s, n)| {
             let name = names::valkey_node_name(&cluster.name_any(), s, n);
             let inputs = NodeInputs {
-                acl_revision: acl_revision.map(str::to_owned),
                 workload_revision: Some(
                     revision_of(&name).unwrap_or_else(|| FIRST_REVISION.into()),
                 ),
@@ -120,7 +115,7 @@ pub(crate) mod tests {
     #[test]
     fn nodes_for_all_positions() {
         let c = cluster(serde_json::json!({"shards": 2, "replicas": 1}));
-        let nodes = valkey_nodes(&c, None, None, |_| None);
+        let nodes = valkey_nodes(&c, None, |_| None);
         let names: Vec<_> = nodes.iter().map(|n| n.name_any()).collect();
         assert_eq!(names, ["c-0-0", "c-0-1", "c-1-0", "c-1-1"]);
         assert_eq!(nodes[3].spec.shard_index, 1);
@@ -138,7 +133,6 @@ pub(crate) mod tests {
             "scheduling": {"node": {"spread": {"shard": {"mode": "Required"}}}}
         }));
         let inputs = NodeInputs {
-            acl_revision: Some("0123456789abcdef".into()),
             workload_revision: Some("1".into()),
         };
         let n = valkey_node(&c, 1, 0, &inputs, None);

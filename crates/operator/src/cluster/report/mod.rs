@@ -13,9 +13,10 @@ use tracing::{debug, info};
 use valkey_api::labels::CLUSTER_FIELD_MANAGER;
 use valkey_api::status::ClusterState;
 use valkey_api::{ValkeyCluster, ValkeyNode};
-use valkey_ops::{Member, Topology};
+use valkey_ops::Topology;
 
 use super::Context;
+use super::live::live_role;
 use super::operation;
 use super::plan::Balance;
 use super::steps::Moved;
@@ -57,19 +58,6 @@ pub struct Report<'a> {
     pub accepted_config: Option<valkey_api::status::AcceptedConfig>,
     /// `status.rejectedConfig`.
     pub rejected_config: Option<valkey_api::status::RejectedConfig>,
-}
-
-/// The live role of a member for `ValkeyNode.status.role` (`primary` or `replica`), `None`
-/// while it cannot be observed.
-pub fn live_role(member: &Member) -> Option<&'static str> {
-    let me = member.me()?;
-    if me.is_primary() {
-        Some("primary")
-    } else if me.is_replica() {
-        Some("replica")
-    } else {
-        None
-    }
 }
 
 /// ValkeyNodes whose `status.role` differs from the live role of their pod: (ValkeyNode name,
@@ -217,8 +205,8 @@ pub async fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use valkey_ops::NodeView;
     use valkey_ops::model::ClusterNodes;
+    use valkey_ops::{Member, NodeView};
 
     fn member(shard: i32, index: i32, nodes: &str) -> Member {
         let mut view = NodeView::from_nodes(ClusterNodes::parse(nodes).expect("nodes"));
