@@ -16,6 +16,7 @@ phase() { # phase NAME
 }
 
 phase "install dependencies"
+# Every step, seaweedfs (the S3-compatible store of valkey-testkit's S3Server) included.
 bin_line=$(bash hack/install-deps.sh | tail -n 1)
 export LOCALKUBE_BIN_DIR=${bin_line#BIN_DIR=}
 export PATH="$LOCALKUBE_BIN_DIR:$PATH"

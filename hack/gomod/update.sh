@@ -8,9 +8,10 @@
 #   bash hack/gomod/update.sh etcd v3.6.7
 #   bash hack/gomod/update.sh redis-exporter v1.62.0
 #   bash hack/gomod/update.sh helm v4.3.2
+#   bash hack/gomod/update.sh seaweedfs v0.0.0-20261109003541-7506e5f91cd6
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-name=${1:?wrapper: kubernetes, etcd, redis-exporter or helm}
+name=${1:?wrapper: kubernetes, etcd, redis-exporter, helm or seaweedfs}
 version=${2:?version}
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local
 cd "$HERE/$name"
@@ -36,6 +37,13 @@ case "$name" in
     # The major version is part of the module path (helm.sh/helm/v4 for v4.x).
     rm -f go.sum; printf 'module valkey-operator-build/helm\n\ngo 1.26\n' > go.mod
     go get -tool "helm.sh/helm/${version%%.*}/cmd/helm@$version"
+    ;;
+  seaweedfs)
+    # SeaweedFS's release tags (e.g. 4.05) are not Go module versions: the version is
+    # a pseudo-version naming one commit. Only the `weed` command is built (the tests'
+    # S3 server).
+    rm -f go.sum; printf 'module valkey-operator-build/seaweedfs\n\ngo 1.26\n' > go.mod
+    go get -tool "github.com/seaweedfs/seaweedfs/weed@$version"
     ;;
   *) echo "unknown wrapper '$name'" >&2; exit 2 ;;
 esac

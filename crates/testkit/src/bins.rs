@@ -1,4 +1,4 @@
-//! Where the Valkey server binaries are.
+//! Where the server binaries are: Valkey's, and SeaweedFS' `weed` (the tests' S3 store).
 
 use std::path::{Path, PathBuf};
 
@@ -63,4 +63,33 @@ impl Flavor {
     pub fn installed(self) -> Option<PathBuf> {
         Some(self.binary()).filter(|p| p.exists())
     }
+}
+
+/// SeaweedFS' `weed` (installed by `hack/install-deps.sh seaweedfs`): `WEED_BIN` when set,
+/// else `weed` in [`bin_dir`], else in the versioned cache directory next to it (the
+/// installer links it last), else on `PATH`. `None` when none exists.
+pub fn weed() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("WEED_BIN") {
+        return Some(PathBuf::from(p)).filter(|p| p.is_file());
+    }
+    let bin = bin_dir();
+    let linked = bin.join("weed");
+    if linked.is_file() {
+        return Some(linked);
+    }
+    let cached = bin.parent().and_then(|cache| {
+        std::fs::read_dir(cache)
+            .ok()?
+            .filter_map(Result::ok)
+            .find_map(|e| {
+                let p = e.path().join("weed");
+                (e.file_name().to_string_lossy().starts_with("seaweedfs-") && p.is_file())
+                    .then_some(p)
+            })
+    });
+    cached.or_else(|| {
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|d| d.join("weed"))
+            .find(|p| p.is_file())
+    })
 }

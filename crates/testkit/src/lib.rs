@@ -3,11 +3,13 @@
 //! helpers built on `valkey-ops`' commands.
 //!
 //! Binaries (see [`bins`]): Valkey 9.1 (`valkey-server-9`, no TLS) and Valkey 8.0
-//! (`/usr/bin/valkey-server`, TLS), both installed by `hack/install-deps.sh`.
+//! (`/usr/bin/valkey-server`, TLS), both installed by `hack/install-deps.sh`; SeaweedFS'
+//! `weed` for [`S3Server`], a real S3-compatible store (`hack/install-deps.sh seaweedfs`).
 
 pub mod bins;
 pub mod cluster;
 pub mod keys;
+pub mod object_store_server;
 pub mod promql;
 pub mod server;
 pub mod tls;
@@ -15,6 +17,7 @@ pub mod tls;
 pub use bins::Flavor;
 pub use cluster::*;
 pub use keys::*;
+pub use object_store_server::{S3_ACCESS_KEY, S3_BUCKET, S3_REGION, S3_SECRET_KEY, S3Server};
 pub use server::{Server, acl_lines, free_port, start_servers};
 pub use tls::{TLS_SERVER_NAME, TlsFiles};
 

@@ -254,7 +254,7 @@ impl AsyncDNSResolver for FixedResolver {
 }
 
 /// Splits `ip:port` / `[v6]:port` / `host:port`.
-fn split_addr(addr: &str) -> Result<(String, u16), ClientError> {
+pub(crate) fn split_addr(addr: &str) -> Result<(String, u16), ClientError> {
     if let Ok(sa) = addr.parse::<SocketAddr>() {
         return Ok((sa.ip().to_string(), sa.port()));
     }

@@ -1,5 +1,6 @@
 //! Valkey operations layer: reply parsing (`model`), the topology model (`topology`), slot
-//! planners (`plan`, pure) and idempotent cluster commands (`commands`).
+//! planners (`plan`, pure), idempotent cluster commands (`commands`) and streamed RDB
+//! snapshots (`snapshot`).
 
 pub mod client;
 pub mod commands;
@@ -7,6 +8,7 @@ pub mod error;
 pub mod model;
 pub mod slot_plan;
 pub mod slots;
+pub mod snapshot;
 pub mod tls;
 pub mod topology;
 

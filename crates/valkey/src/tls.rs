@@ -94,6 +94,42 @@ impl ServerCertVerifier for Capture {
     }
 }
 
+/// A client configuration that trusts only the CA certificates in `ca_pem` (for connections
+/// made here rather than through redis-rs, which builds its own from the same PEM).
+pub(crate) fn verifying_client_config(ca_pem: &[u8]) -> Result<Arc<ClientConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem) {
+        let cert = cert.map_err(|e| format!("CA bundle: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("CA certificate: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err("the CA bundle holds no certificate".into());
+    }
+    let config =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS setup: {e}"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// Whether a TLS handshake failed only because the certificate is not valid for the server
+/// name that was verified.
+pub(crate) fn is_name_mismatch(err: &std::io::Error) -> bool {
+    use rustls::CertificateError;
+    matches!(
+        err.get_ref()
+            .and_then(|e| e.downcast_ref::<rustls::Error>()),
+        Some(rustls::Error::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. }
+        ))
+    )
+}
+
 /// The end-entity certificate (DER) the TLS server at `addr` (`ip:port`) presents, read from
 /// one handshake that is then closed.
 pub async fn served_certificate(addr: &str, timeout: Duration) -> Result<Vec<u8>, ProbeError> {
