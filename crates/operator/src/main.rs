@@ -96,6 +96,10 @@ impl RunArgs {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    // The TLS provider of every client (Kubernetes API, Valkey), chosen here rather than left
+    // to rustls's crate features: a build that unifies features with a crate enabling another
+    // provider (as `cargo test --workspace` does) would otherwise have none by default.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     let format = match &cli.command {
         Command::Run(args) => args.log_format,
