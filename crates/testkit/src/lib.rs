@@ -9,15 +9,15 @@
 pub mod bins;
 pub mod cluster;
 pub mod keys;
-pub mod object_store_server;
 pub mod promql;
+pub mod s3_server;
 pub mod server;
 pub mod tls;
 
 pub use bins::Flavor;
 pub use cluster::*;
 pub use keys::*;
-pub use object_store_server::{S3_ACCESS_KEY, S3_BUCKET, S3_REGION, S3_SECRET_KEY, S3Server};
+pub use s3_server::{S3_ACCESS_KEY, S3_BUCKET, S3_REGION, S3_SECRET_KEY, S3Server};
 pub use server::{Server, acl_lines, free_port, start_servers};
 pub use tls::{TLS_SERVER_NAME, TlsFiles};
 
