@@ -3,7 +3,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{ValkeyCluster, ValkeyNode};
+use crate::{ValkeyBackup, ValkeyCluster, ValkeyNode};
 
 /// Errors of CRD rendering.
 #[derive(Debug, thiserror::Error)]
@@ -16,9 +16,9 @@ pub enum CrdError {
     Yaml(#[from] serde_saphyr::ser_error::Error),
 }
 
-/// Both CRDs: ValkeyCluster first, then ValkeyNode.
+/// Every CRD: ValkeyCluster first, then ValkeyNode, then ValkeyBackup.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![ValkeyCluster::crd(), ValkeyNode::crd()]
+    vec![ValkeyCluster::crd(), ValkeyNode::crd(), ValkeyBackup::crd()]
 }
 
 /// One CRD as a YAML document.
@@ -27,7 +27,7 @@ pub fn crd_yaml(crd: &CustomResourceDefinition) -> Result<String, CrdError> {
     Ok(serde_saphyr::to_string(&value)?)
 }
 
-/// Both CRDs as multi-document YAML (what `valkey-operator crd` prints).
+/// Every CRD as multi-document YAML (what `valkey-operator crd` prints).
 pub fn crds_yaml() -> Result<String, CrdError> {
     let mut out = String::new();
     for crd in crds() {

@@ -34,6 +34,8 @@ pub const WORKLOAD_REVISION_ANNOTATION: &str = "valkey.io/workload-revision";
 pub const CLUSTER_FIELD_MANAGER: &str = "valkey-operator/cluster";
 /// Server-side-apply field manager of the ValkeyNode controller.
 pub const NODE_FIELD_MANAGER: &str = "valkey-operator/node";
+/// Server-side-apply field manager of the ValkeyBackup controller.
+pub const BACKUP_FIELD_MANAGER: &str = "valkey-operator/backup";
 /// Field manager used when installing CRDs.
 pub const CRD_FIELD_MANAGER: &str = "valkey-operator/crd";
 /// Value of `app.kubernetes.io/component` on the pods that dry-run a cluster's configuration.

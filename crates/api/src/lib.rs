@@ -1,7 +1,9 @@
-//! The `valkey.io/v1alpha1` API: the user-facing [`ValkeyCluster`] and the internal
-//! [`ValkeyNode`] custom resources, their defaults, admission rules (CEL in the CRD) and CRD
-//! generation.
+//! The `valkey.io/v1alpha1` API: the user-facing [`ValkeyCluster`] and [`ValkeyBackup`] and
+//! the internal [`ValkeyNode`] custom resources, their defaults, admission rules (CEL in the
+//! CRD) and CRD generation.
 
+pub mod backup;
+pub mod backup_store;
 pub mod cluster;
 pub mod config;
 pub mod crd;
@@ -17,6 +19,7 @@ pub mod scheduling;
 pub mod status;
 pub mod users;
 
+pub use backup::{ValkeyBackup, ValkeyBackupSpec, ValkeyBackupStatus};
 pub use cluster::{ValkeyCluster, ValkeyClusterSpec, ValkeyClusterStatus, WorkloadType};
 pub use crd::{CrdError, crd_yaml, crds, crds_yaml};
 pub use node::{ValkeyNode, ValkeyNodeSpec, ValkeyNodeStatus};

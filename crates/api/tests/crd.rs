@@ -60,6 +60,11 @@ fn snapshot_valkeynode_crd() {
     insta::assert_snapshot!(crd_yaml(&crds()[1]).unwrap());
 }
 
+#[test]
+fn snapshot_valkeybackup_crd() {
+    insta::assert_snapshot!(crd_yaml(&crds()[2]).unwrap());
+}
+
 fn collect_messages(v: &Value, out: &mut Vec<String>) {
     match v {
         Value::Object(m) => {
@@ -77,7 +82,9 @@ fn collect_messages(v: &Value, out: &mut Vec<String>) {
 
 #[test]
 fn every_documented_rule_is_present() {
-    use valkey_api::{cluster, config, networking, persistence, scheduling, users};
+    use valkey_api::{
+        backup, backup_store, cluster, config, networking, persistence, scheduling, users,
+    };
     let mut messages = vec![];
     collect_messages(&crd_json("valkeyclusters"), &mut messages);
     let documented = [
@@ -105,6 +112,14 @@ fn every_documented_rule_is_present() {
         config::VALUE_NEWLINE_MESSAGE,
         networking::TLS_SECRET_MESSAGE,
     ];
+    collect_messages(&crd_json("valkeybackups"), &mut messages);
+    let documented = documented.into_iter().chain([
+        backup::BACKUP_NAME_MESSAGE,
+        backup::BACKUP_SPEC_IMMUTABLE_MESSAGE,
+        backup_store::ONE_STORE_MESSAGE,
+        backup_store::ENDPOINT_SCHEME_MESSAGE,
+        backup_store::PREFIX_MESSAGE,
+    ]);
     for m in documented {
         assert!(messages.iter().any(|x| x == m), "rule missing: {m}");
     }
@@ -171,6 +186,11 @@ fn names_columns_and_subresources() {
             "valkeynodes",
             "vkn",
             vec!["Ready", "Role", "Shard", "Pod", "IP", "Age"],
+        ),
+        (
+            "valkeybackups",
+            "vkb",
+            vec!["Cluster", "Phase", "Shards", "Bytes", "Age"],
         ),
     ] {
         let crd = crd_json(plural);

@@ -872,6 +872,79 @@ async fn check_valkeynode(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// ValkeyBackup: exactly one store, endpoint scheme, prefix form, defaults, an immutable spec.
+async fn check_valkeybackup(client: &Client) -> anyhow::Result<()> {
+    use valkey_api::backup::{BACKUP_SPEC_IMMUTABLE_MESSAGE, ValkeyBackup};
+    use valkey_api::backup_store::{ENDPOINT_SCHEME_MESSAGE, ONE_STORE_MESSAGE, PREFIX_MESSAGE};
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &ApiResource::erase::<ValkeyBackup>(&()),
+    );
+    let s3 = json!({"bucket": "bkt", "endpoint": "https://store.example",
+                    "credentials": {"secretName": "s3"}});
+    let gcs = json!({"bucket": "bkt"});
+    let backup = |name: &str, store: Value| -> anyhow::Result<DynamicObject> {
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyBackup",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"cluster": "c", "store": store},
+        }))?)
+    };
+    let pp = PostParams::default();
+    for (name, store, message) in [
+        (
+            "two-stores",
+            json!({"s3": s3, "gcs": gcs}),
+            ONE_STORE_MESSAGE,
+        ),
+        ("no-store", json!({}), ONE_STORE_MESSAGE),
+        (
+            "no-scheme",
+            json!({"s3": {"bucket": "bkt", "endpoint": "store.example"}}),
+            ENDPOINT_SCHEME_MESSAGE,
+        ),
+        (
+            "slash-prefix",
+            json!({"prefix": "/backups/", "s3": s3}),
+            PREFIX_MESSAGE,
+        ),
+    ] {
+        match api.create(&pp, &backup(name, store)?).await {
+            Ok(_) => anyhow::bail!("ValkeyBackup {name} accepted"),
+            Err(e) => anyhow::ensure!(
+                api_message(&e).contains(message),
+                "ValkeyBackup {name}: {}",
+                api_message(&e)
+            ),
+        }
+    }
+    let mut created = api
+        .create(
+            &pp,
+            &backup("good", json!({"prefix": "prod/eu", "s3": s3}))?,
+        )
+        .await?;
+    let creds = &created.data["spec"]["store"]["s3"]["credentials"];
+    anyhow::ensure!(
+        created.data["spec"]["store"]["s3"]["region"] == "us-east-1"
+            && creds["accessKeyIdKey"] == "AWS_ACCESS_KEY_ID"
+            && creds["secretAccessKeyKey"] == "AWS_SECRET_ACCESS_KEY",
+        "defaults: {}",
+        created.data["spec"]
+    );
+    created.data["spec"]["cluster"] = json!("other");
+    match api.replace("good", &pp, &created).await {
+        Ok(_) => anyhow::bail!("a changed ValkeyBackup spec was accepted"),
+        Err(e) => anyhow::ensure!(
+            api_message(&e).contains(BACKUP_SPEC_IMMUTABLE_MESSAGE),
+            "{}",
+            api_message(&e)
+        ),
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn admission_rules_on_a_real_apiserver() -> anyhow::Result<()> {
     let Some(fx) = Fixture::start_with(localkube::Options::apiserver_only(), false).await? else {
@@ -901,6 +974,7 @@ async fn admission_rules_on_a_real_apiserver() -> anyhow::Result<()> {
         ("defaults", check_defaults(&client).await),
         ("status", check_status(&client).await),
         ("valkeynode", check_valkeynode(&client).await),
+        ("valkeybackup", check_valkeybackup(&client).await),
     ] {
         if let Err(e) = r {
             failures.push(format!("{what}: {e:#}"));

@@ -83,7 +83,7 @@ pub async fn wait_established(crds: &Api<CustomResourceDefinition>, name: &str) 
     }
 }
 
-/// Waits until both of the operator's CRDs (`valkey_api::crds()`) are Established.
+/// Waits until every one of the operator's CRDs (`valkey_api::crds()`) are Established.
 pub async fn wait_all_established(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in valkey_api::crds() {

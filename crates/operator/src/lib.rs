@@ -2,6 +2,7 @@
 
 pub mod api_client;
 pub mod backoff;
+pub mod backup;
 pub mod bounded;
 pub mod cluster;
 pub mod context;

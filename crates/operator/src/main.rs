@@ -155,7 +155,7 @@ async fn shutdown_signal() {
     }
 }
 
-/// Connects, serves the HTTP endpoints, waits until both CRDs are Established, then runs both
+/// Connects, serves the HTTP endpoints, waits until every CRD is Established, then runs the
 /// controllers (with `--leader-elect`: only while holding the Lease) until SIGTERM/SIGINT.
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = kube::Config::infer()

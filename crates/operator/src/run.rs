@@ -10,7 +10,8 @@ use tracing::error;
 use crate::metrics::Metrics;
 use crate::scope::Scope;
 
-/// Runs the ValkeyCluster and ValkeyNode controllers over `scope` until `shutdown` completes.
+/// Runs the ValkeyCluster, ValkeyNode and ValkeyBackup controllers over `scope` until
+/// `shutdown` completes.
 pub async fn run_controllers(
     client: Client,
     metrics: Arc<Metrics>,
@@ -24,10 +25,16 @@ pub async fn run_controllers(
         scope.clone(),
         shutdown.clone(),
     );
+    let backup = crate::backup::run(
+        client.clone(),
+        metrics.clone(),
+        scope.clone(),
+        shutdown.clone(),
+    );
     let node = async {
         if let Err(e) = crate::node::run(client, metrics, scope, shutdown).await {
             error!("ValkeyNode controller stopped: {e:#}");
         }
     };
-    futures::join!(cluster, node);
+    futures::join!(cluster, node, backup);
 }

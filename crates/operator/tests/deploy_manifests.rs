@@ -147,6 +147,7 @@ fn kustomize_base_and_overlay_render_with_kubectl_binary() {
             "ClusterRoleBinding",
             "CustomResourceDefinition",
             "CustomResourceDefinition",
+            "CustomResourceDefinition",
             "Deployment",
             "Namespace",
             "Role",

@@ -301,6 +301,18 @@ impl S3Server {
     /// no query string) and returns the HTTP status and the body. `path` is `/bucket` or
     /// `/bucket/key` of unreserved characters. Errors are transport errors only.
     pub fn request(&self, method: &str, path: &str, body: &[u8]) -> Result<(u16, String), String> {
+        let (status, body) = self.request_bytes(method, path, body)?;
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
+
+    /// [`Self::request`] with the response body as bytes (an object's content), a chunked
+    /// body decoded.
+    pub fn request_bytes(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> Result<(u16, Vec<u8>), String> {
         assert!(
             path.starts_with('/')
                 && path
@@ -345,17 +357,23 @@ impl S3Server {
         stream
             .read_to_end(&mut response)
             .map_err(|e| format!("{method} {path}: reading the response: {e}"))?;
-        let response = String::from_utf8_lossy(&response);
-        let status = response
+        let split = response
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .ok_or_else(|| format!("{method} {path}: no end of headers"))?;
+        let head = String::from_utf8_lossy(&response[..split]).to_ascii_lowercase();
+        let status = head
             .split(' ')
             .nth(1)
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("{method} {path}: not an HTTP response: {response:?}"))?;
-        let body = response
-            .split_once("\r\n\r\n")
-            .map_or("", |(_, b)| b)
-            .to_owned();
-        Ok((status, body))
+            .ok_or_else(|| format!("{method} {path}: not an HTTP response: {head:?}"))?;
+        let body = &response[split + 4..];
+        if head.contains("transfer-encoding: chunked") {
+            return dechunk(body)
+                .map(|b| (status, b))
+                .ok_or_else(|| format!("{method} {path}: bad chunked body"));
+        }
+        Ok((status, body.to_vec()))
     }
 
     fn kill(&mut self) {
@@ -370,6 +388,22 @@ impl S3Server {
         for socket in &self.sockets {
             let _ = std::fs::remove_file(socket);
         }
+    }
+}
+
+/// Decodes an HTTP/1.1 chunked body.
+fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = body.windows(2).position(|w| w == b"\r\n")?;
+        let size_text = std::str::from_utf8(&body[..eol]).ok()?;
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        body = &body[eol + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(body.get(..size)?);
+        body = body.get(size + 2..)?;
     }
 }
 

@@ -337,6 +337,8 @@ async fn snapshot_round_trips(flavor: Flavor, tls: Option<&TlsFiles>) {
             started.elapsed()
         );
         check_info(flavor, &info, &rdb, diskless);
+        // The server's own count, read from the RDB's first database record.
+        assert_eq!(info.keys, Some(KEYS), "{info:?}");
         assert!(
             info.offset as i64 >= offset_before,
             "snapshot offset {} before the replica's {offset_before}",

@@ -131,7 +131,7 @@ pub async fn enforce_pod_security(client: &Client, ns: &str, level: &str) -> any
     Ok(())
 }
 
-/// Installs both CRDs (server-side apply) and waits until they are Established and the
+/// Installs every CRD (server-side apply) and waits until they are Established and the
 /// ValkeyCluster API is served.
 pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());

@@ -1,7 +1,7 @@
 //! Helpers shared by the operator's integration tests.
 
-/// `kubectl` arguments that wait (up to 60 s) until both CRDs of the operator are Established.
-pub const WAIT_CRDS_ESTABLISHED: [&str; 7] = [
+/// `kubectl` arguments that wait (up to 60 s) until every CRD of the operator are Established.
+pub const WAIT_CRDS_ESTABLISHED: [&str; 8] = [
     "wait",
     "--for",
     "condition=Established",
@@ -9,4 +9,5 @@ pub const WAIT_CRDS_ESTABLISHED: [&str; 7] = [
     "60s",
     "crd/valkeyclusters.valkey.io",
     "crd/valkeynodes.valkey.io",
+    "crd/valkeybackups.valkey.io",
 ];

@@ -21,6 +21,7 @@
 //!
 //! Needs an ACL user with `+psync +replconf` (`AUTH` and `HELLO` need no permission).
 
+pub mod prelude;
 mod protocol;
 mod rdb;
 
@@ -37,6 +38,7 @@ use tracing::{debug, info};
 
 use crate::client::{ClientConfig, split_addr};
 
+use prelude::Prelude;
 pub use protocol::Transfer;
 use protocol::{Event, StreamError, SyncStream};
 pub use rdb::RdbMagic;
@@ -93,6 +95,10 @@ pub struct SnapshotInfo {
     pub server_version: String,
     /// Keep-alive newlines received while the server prepared the RDB.
     pub keepalives: u64,
+    /// Keys in the RDB's first database, as the server counted them when it wrote the file
+    /// (its `RESIZEDB` record; cluster mode has database 0 only); `None` when the file
+    /// starts with something else (a module's data).
+    pub keys: Option<u64>,
 }
 
 /// Where the exchange was when something went wrong.
@@ -754,6 +760,11 @@ impl<W: AsyncWrite + Unpin + ?Sized> Receiver<'_, W> {
                     .unwrap_or_else(|| "payload too short".into()),
             ));
         };
+        let keys = match self.digest.prelude() {
+            Prelude::FirstDb { keys, .. } => Some(keys),
+            Prelude::Empty => Some(0),
+            Prelude::Incomplete | Prelude::Unknown(_) => None,
+        };
         let trailer = self.digest.finish().map_err(invalid)?;
         if trailer.stored_crc != 0 && trailer.stored_crc != trailer.computed_crc {
             return Err(SnapshotError::Checksum {
@@ -777,6 +788,7 @@ impl<W: AsyncWrite + Unpin + ?Sized> Receiver<'_, W> {
             transfer,
             server_version,
             keepalives: self.keepalives,
+            keys,
         })
     }
 }

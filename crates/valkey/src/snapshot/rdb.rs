@@ -1,8 +1,11 @@
 //! What is checked of an RDB payload while it streams through: the magic and version at the
 //! start, the `EOF` opcode and CRC-64 checksum at the end, the SHA-256 and length of the
-//! whole. Nothing in between is parsed, and nothing is held but a few bytes at either end.
+//! whole, and the first database's key count (see [`super::prelude`]). Values are never
+//! parsed, and nothing is held but the prelude and a few bytes at the end.
 
 use sha2::{Digest, Sha256};
+
+use super::prelude::{self, MAX_PRELUDE, Prelude};
 
 /// Length of the RDB header: `REDIS` + 4 version digits, or `VALKEY` + 3.
 pub const RDB_HEADER_LEN: usize = 9;
@@ -78,6 +81,10 @@ pub struct RdbDigest {
     tail_len: usize,
     /// The last byte that went into the CRC (the `EOF` opcode, once the payload is whole).
     last_crc_byte: Option<u8>,
+    /// The payload's first bytes, held until the prelude is read.
+    prelude: Vec<u8>,
+    /// What the prelude said, once read.
+    prelude_read: Option<Prelude>,
 }
 
 impl Default for RdbDigest {
@@ -97,7 +104,14 @@ impl RdbDigest {
             tail: [0; CHECKSUM_LEN],
             tail_len: 0,
             last_crc_byte: None,
+            prelude: Vec::new(),
+            prelude_read: None,
         }
+    }
+
+    /// What the prelude said about the first database (`Incomplete` until it is read).
+    pub fn prelude(&self) -> Prelude {
+        self.prelude_read.clone().unwrap_or(Prelude::Incomplete)
     }
 
     /// Bytes fed so far.
@@ -127,6 +141,17 @@ impl RdbDigest {
         if self.head.len() < RDB_HEADER_LEN {
             let n = (RDB_HEADER_LEN - self.head.len()).min(data.len());
             self.head.extend_from_slice(&data[..n]);
+        }
+        if self.prelude_read.is_none() {
+            let n = (MAX_PRELUDE - self.prelude.len()).min(data.len());
+            self.prelude.extend_from_slice(&data[..n]);
+            match prelude::scan(&self.prelude) {
+                Prelude::Incomplete => {}
+                read => {
+                    self.prelude_read = Some(read);
+                    self.prelude = Vec::new();
+                }
+            }
         }
         if data.len() >= CHECKSUM_LEN {
             let tail = self.tail;
