@@ -70,7 +70,31 @@ pub struct ValkeyBackupSpec {
 
     /// Where the backup is written.
     pub store: BackupStore,
+
+    /// What happens to the files in the store when this ValkeyBackup is deleted: `Retain`
+    /// (the default for a backup you create) keeps them; `Delete` (what a schedule sets, so
+    /// its retention frees the space) deletes every object of the backup first; the object
+    /// then waits in deletion until the store confirms.
+    #[serde(default)]
+    pub deletion_policy: BackupDeletionPolicy,
 }
+
+/// Whether a backup's files outlive its ValkeyBackup.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackupDeletionPolicy {
+    /// The files stay in the store.
+    #[default]
+    Retain,
+    /// The files are deleted with the ValkeyBackup.
+    Delete,
+}
+
+/// Finalizer of a ValkeyBackup with `deletionPolicy: Delete`: removed once its files are
+/// deleted from the store.
+pub const FILES_FINALIZER: &str = "valkey.io/backup-files";
+
+/// Label on a ValkeyBackup created by a ValkeyScheduledBackup: the schedule's name.
+pub const SCHEDULE_LABEL: &str = "valkey.io/scheduled-backup";
 
 /// Progress and outcome of a backup.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

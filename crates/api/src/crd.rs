@@ -3,7 +3,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{ValkeyBackup, ValkeyCluster, ValkeyNode};
+use crate::{ValkeyBackup, ValkeyCluster, ValkeyNode, ValkeyScheduledBackup};
 
 /// Errors of CRD rendering.
 #[derive(Debug, thiserror::Error)]
@@ -16,9 +16,14 @@ pub enum CrdError {
     Yaml(#[from] serde_saphyr::ser_error::Error),
 }
 
-/// Every CRD: ValkeyCluster first, then ValkeyNode, then ValkeyBackup.
+/// Every CRD: ValkeyCluster first, then ValkeyNode, ValkeyBackup, ValkeyScheduledBackup.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![ValkeyCluster::crd(), ValkeyNode::crd(), ValkeyBackup::crd()]
+    vec![
+        ValkeyCluster::crd(),
+        ValkeyNode::crd(),
+        ValkeyBackup::crd(),
+        ValkeyScheduledBackup::crd(),
+    ]
 }
 
 /// One CRD as a YAML document.

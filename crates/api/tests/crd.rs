@@ -65,6 +65,11 @@ fn snapshot_valkeybackup_crd() {
     insta::assert_snapshot!(crd_yaml(&crds()[2]).unwrap());
 }
 
+#[test]
+fn snapshot_valkeyscheduledbackup_crd() {
+    insta::assert_snapshot!(crd_yaml(&crds()[3]).unwrap());
+}
+
 fn collect_messages(v: &Value, out: &mut Vec<String>) {
     match v {
         Value::Object(m) => {
@@ -83,7 +88,8 @@ fn collect_messages(v: &Value, out: &mut Vec<String>) {
 #[test]
 fn every_documented_rule_is_present() {
     use valkey_api::{
-        backup, backup_store, cluster, config, networking, persistence, scheduling, users,
+        backup, backup_store, cluster, config, networking, persistence, scheduled_backup,
+        scheduling, users,
     };
     let mut messages = vec![];
     collect_messages(&crd_json("valkeyclusters"), &mut messages);
@@ -113,12 +119,16 @@ fn every_documented_rule_is_present() {
         networking::TLS_SECRET_MESSAGE,
     ];
     collect_messages(&crd_json("valkeybackups"), &mut messages);
+    collect_messages(&crd_json("valkeyscheduledbackups"), &mut messages);
     let documented = documented.into_iter().chain([
         backup::BACKUP_NAME_MESSAGE,
         backup::BACKUP_SPEC_IMMUTABLE_MESSAGE,
         backup_store::ONE_STORE_MESSAGE,
         backup_store::ENDPOINT_SCHEME_MESSAGE,
         backup_store::PREFIX_MESSAGE,
+        scheduled_backup::SCHEDULE_MESSAGE,
+        scheduled_backup::MAX_AGE_MESSAGE,
+        scheduled_backup::SCHEDULE_NAME_MESSAGE,
     ]);
     for m in documented {
         assert!(messages.iter().any(|x| x == m), "rule missing: {m}");
@@ -191,6 +201,11 @@ fn names_columns_and_subresources() {
             "valkeybackups",
             "vkb",
             vec!["Cluster", "Phase", "Shards", "Bytes", "Age"],
+        ),
+        (
+            "valkeyscheduledbackups",
+            "vksb",
+            vec!["Cluster", "Schedule", "Suspend", "Last", "Next"],
         ),
     ] {
         let crd = crd_json(plural);

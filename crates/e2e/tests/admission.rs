@@ -942,6 +942,61 @@ async fn check_valkeybackup(client: &Client) -> anyhow::Result<()> {
             api_message(&e)
         ),
     }
+    check_scheduled_backup(client, &s3).await
+}
+
+/// ValkeyScheduledBackup: cron field count, retention age, defaults.
+async fn check_scheduled_backup(client: &Client, s3: &Value) -> anyhow::Result<()> {
+    use valkey_api::ValkeyScheduledBackup;
+    use valkey_api::scheduled_backup::{MAX_AGE_MESSAGE, SCHEDULE_MESSAGE};
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &ApiResource::erase::<ValkeyScheduledBackup>(&()),
+    );
+    let schedule = |name: &str, spec: Value| -> anyhow::Result<DynamicObject> {
+        let mut spec_full = json!({"cluster": "c", "schedule": "0 3 * * *", "store": {"s3": s3}});
+        if let (Some(a), Some(b)) = (spec_full.as_object_mut(), spec.as_object()) {
+            a.extend(b.clone());
+        }
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyScheduledBackup",
+            "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec_full,
+        }))?)
+    };
+    let pp = PostParams::default();
+    for (name, spec, message) in [
+        (
+            "four-fields",
+            json!({"schedule": "0 3 * *"}),
+            SCHEDULE_MESSAGE,
+        ),
+        (
+            "minutes-age",
+            json!({"retention": {"maxAge": "30m"}}),
+            MAX_AGE_MESSAGE,
+        ),
+    ] {
+        match api.create(&pp, &schedule(name, spec)?).await {
+            Ok(_) => anyhow::bail!("ValkeyScheduledBackup {name} accepted"),
+            Err(e) => anyhow::ensure!(
+                api_message(&e).contains(message),
+                "ValkeyScheduledBackup {name}: {}",
+                api_message(&e)
+            ),
+        }
+    }
+    let created = api
+        .create(
+            &pp,
+            &schedule("nightly", json!({"schedule": "*/30 * * * * *"}))?,
+        )
+        .await?;
+    anyhow::ensure!(
+        created.data["spec"]["retention"]["keep"] == 7 && created.data["spec"]["suspend"] == false,
+        "defaults: {}",
+        created.data["spec"]
+    );
     Ok(())
 }
 

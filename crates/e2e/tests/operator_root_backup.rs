@@ -321,6 +321,156 @@ async fn failures_are_reported(fx: &Fixture, s3: &S3Server) -> anyhow::Result<()
     Ok(())
 }
 
+/// Whether any object of backup `name`'s directory (manifest and the 3 shard files) exists.
+fn any_file_of(s3: &S3Server, name: &str) -> anyhow::Result<bool> {
+    let dir = format!("/{S3_BUCKET}/{PREFIX}/{NS}/{NAME}/{name}");
+    let mut found = false;
+    for f in [
+        "manifest.json",
+        "shard-00000.rdb",
+        "shard-00001.rdb",
+        "shard-00002.rdb",
+    ] {
+        let (status, _) = s3
+            .request("HEAD", &format!("{dir}/{f}"), b"")
+            .map_err(anyhow::Error::msg)?;
+        ensure!(status == 200 || status == 404, "HEAD {dir}/{f}: {status}");
+        found |= status == 200;
+    }
+    Ok(found)
+}
+
+/// (name, phase) of the schedule's backups.
+async fn scheduled(
+    client: &Client,
+    schedule: &str,
+) -> anyhow::Result<Vec<(String, Option<BackupPhase>)>> {
+    Ok(Api::<ValkeyBackup>::namespaced(client.clone(), NS)
+        .list(
+            &kube::api::ListParams::default()
+                .labels(&format!("valkey.io/scheduled-backup={schedule}")),
+        )
+        .await?
+        .items
+        .into_iter()
+        .map(|b| {
+            (
+                b.metadata.name.clone().unwrap_or_default(),
+                b.status.and_then(|s| s.phase),
+            )
+        })
+        .collect())
+}
+
+async fn schedule_status(
+    api: &Api<valkey_api::ValkeyScheduledBackup>,
+) -> anyhow::Result<valkey_api::ValkeyScheduledBackupStatus> {
+    api.get("every10s").await?.status.context("schedule status")
+}
+
+/// A schedule every 10 s keeping 2: the oldest backups go, with their files; suspended, it
+/// creates none; deleted, its backups and their files go.
+async fn scheduled_backups_with_retention(fx: &Fixture, s3: &S3Server) -> anyhow::Result<()> {
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    use valkey_api::ValkeyScheduledBackup;
+    let client = &fx.client;
+    let api: Api<ValkeyScheduledBackup> = Api::namespaced(client.clone(), NS);
+    let sched: ValkeyScheduledBackup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyScheduledBackup",
+        "metadata": {"name": "every10s"},
+        "spec": {"cluster": NAME, "schedule": "*/10 * * * * *", "retention": {"keep": 2},
+                 "store": {"prefix": PREFIX, "s3": {"bucket": S3_BUCKET,
+                     "endpoint": s3.endpoint(), "forcePathStyle": true,
+                     "credentials": {"secretName": "s3-good"}}}}
+    }))?;
+    api.create(&PostParams::default(), &sched).await?;
+    let t0 = Instant::now();
+    let mut seen = BTreeSet::new();
+    let listed = loop {
+        let now = scheduled(client, "every10s").await?;
+        seen.extend(now.iter().map(|(n, _)| n.clone()));
+        let completed = now
+            .iter()
+            .filter(|(_, p)| *p == Some(BackupPhase::Completed))
+            .count();
+        if seen.len() >= 4 && completed == 2 && now.len() == 2 {
+            break now;
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            bail!("schedule: seen {seen:?}, now {now:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    eprintln!(
+        "MEASURE schedule every 10 s, keep 2: {} backups created, {listed:?} kept after {:.1}s",
+        seen.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    for name in &seen {
+        let kept = listed.iter().any(|(n, _)| n == name);
+        ensure!(
+            any_file_of(s3, name)? == kept,
+            "backup {name}: kept {kept}, files in the store disagree"
+        );
+    }
+    let s = schedule_status(&api).await?;
+    ensure!(
+        s.last_completed_backup.is_some() && s.next_schedule_time.is_some(),
+        "{s:?}"
+    );
+
+    // Suspended: nothing new.
+    api.patch(
+        "every10s",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"suspend": true}})),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let names = || async {
+        anyhow::Ok(
+            scheduled(client, "every10s")
+                .await?
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect::<BTreeSet<String>>(),
+        )
+    };
+    let before = names().await?;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let after = names().await?;
+    ensure!(
+        after.is_subset(&before),
+        "suspended, yet {after:?} after {before:?}"
+    );
+    let s = schedule_status(&api).await?;
+    ensure!(
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Scheduled" && c.reason == "Suspended"),
+        "{s:?}"
+    );
+
+    // Deleted: its backups and their files go.
+    api.delete("every10s", &DeleteParams::background()).await?;
+    let t1 = Instant::now();
+    while !scheduled(client, "every10s").await?.is_empty() {
+        ensure!(
+            t1.elapsed() < Duration::from_secs(60),
+            "backups outlive their schedule"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for name in &seen {
+        ensure!(!any_file_of(s3, name)?, "files of {name} outlive it");
+    }
+    eprintln!(
+        "MEASURE schedule deleted -> its backups and files gone: {:.1}s",
+        t1.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_root_backup_to_s3() -> anyhow::Result<()> {
     let Some(fx) = Fixture::start().await? else {
@@ -335,7 +485,8 @@ async fn operator_root_backup_to_s3() -> anyhow::Result<()> {
     eprintln!("MEASURE 3x1 Ready: {:.1}s", t0.elapsed().as_secs_f64());
     let result = async {
         backup_under_writer(&fx, &s3).await?;
-        failures_are_reported(&fx, &s3).await
+        failures_are_reported(&fx, &s3).await?;
+        scheduled_backups_with_retention(&fx, &s3).await
     }
     .await;
     if result.is_err() {

@@ -148,6 +148,7 @@ fn kustomize_base_and_overlay_render_with_kubectl_binary() {
             "CustomResourceDefinition",
             "CustomResourceDefinition",
             "CustomResourceDefinition",
+            "CustomResourceDefinition",
             "Deployment",
             "Namespace",
             "Role",

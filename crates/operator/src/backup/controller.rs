@@ -18,7 +18,9 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use tracing::{debug, info, warn};
 use valkey_api::ValkeyCluster;
-use valkey_api::backup::{BackupPhase, ValkeyBackup, ValkeyBackupStatus, reasons};
+use valkey_api::backup::{
+    BackupDeletionPolicy, BackupPhase, FILES_FINALIZER, ValkeyBackup, ValkeyBackupStatus, reasons,
+};
 use valkey_api::labels::{self, BACKUP_FIELD_MANAGER};
 use valkey_ops::client::{ClientConfig, NodePool};
 use valkey_ops::commands::acl::{OPERATOR_USER, REPLICATION_USER};
@@ -218,9 +220,93 @@ impl From<kube::Error> for NotYetOr {
     }
 }
 
+/// Sets (`add`) or removes the files finalizer, keeping any other.
+async fn set_finalizer(
+    api: &Api<ValkeyBackup>,
+    b: &ValkeyBackup,
+    add: bool,
+) -> Result<Action, BackupError> {
+    let mut list: Vec<String> = b.finalizers().to_vec();
+    list.retain(|f| f != FILES_FINALIZER);
+    if add {
+        list.push(FILES_FINALIZER.to_owned());
+    }
+    // The resourceVersion makes this a compare-and-swap with other finalizer writers.
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": list, "resourceVersion": b.resource_version()}});
+    match api
+        .patch(
+            &b.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(Action::await_change()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(Action::await_change()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Action::requeue(Duration::from_secs(1))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A backup being deleted with `deletionPolicy: Delete`: its files go first, then the
+/// finalizer. A store that refuses keeps the object, with the store's words in the status.
+async fn delete_files(
+    ctx: &Shared,
+    api: &Api<ValkeyBackup>,
+    b: &ValkeyBackup,
+    ns: &str,
+) -> Result<Action, BackupError> {
+    let path = b.spec.store.backup_path(ns, &b.spec.cluster, &b.name_any());
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secret = match store::credentials_secret(&b.spec.store) {
+        Some(n) => secrets.get_opt(n).await?,
+        None => None,
+    };
+    let deleted = match store::build(&b.spec.store, secret.as_ref()) {
+        Ok(s) => store::delete_all(&s, &path).await,
+        Err(e) => Err(e.to_string()),
+    };
+    match deleted {
+        Ok(n) => {
+            info!(backup = %b.name_any(), objects = n, %path, "backup files deleted");
+            set_finalizer(api, b, false).await
+        }
+        Err(e) => {
+            let old = b.status.clone().unwrap_or_default();
+            let new = progress::with_phase(
+                &old,
+                old.phase.unwrap_or(BackupPhase::Pending),
+                reasons::STORE_ERROR,
+                format!(
+                    "deleting the backup's files from {} (deletionPolicy Delete) failed, \
+                     retrying in 30 s: {e}",
+                    b.spec.store.location(&path)
+                ),
+                b.metadata.generation,
+                &now(),
+            );
+            record(ctx, api, b, &old, &new).await?;
+            Ok(Action::requeue(Duration::from_secs(30)))
+        }
+    }
+}
+
 async fn pass(b: &ValkeyBackup, ctx: &Shared) -> Result<Action, BackupError> {
     let ns = b.namespace().ok_or(BackupError::NoNamespace)?;
     let api: Api<ValkeyBackup> = Api::namespaced(ctx.client.clone(), &ns);
+    let has_finalizer = b.finalizers().iter().any(|f| f == FILES_FINALIZER);
+    if b.meta().deletion_timestamp.is_some() {
+        return if has_finalizer {
+            delete_files(ctx, &api, b, &ns).await
+        } else {
+            Ok(Action::await_change())
+        };
+    }
+    let wants_finalizer = b.spec.deletion_policy == BackupDeletionPolicy::Delete;
+    if wants_finalizer != has_finalizer {
+        return set_finalizer(&api, b, wants_finalizer).await;
+    }
     let old = b.status.clone().unwrap_or_default();
     if old.phase.is_some_and(BackupPhase::is_final) {
         return Ok(Action::await_change());

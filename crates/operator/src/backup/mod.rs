@@ -1,10 +1,13 @@
 //! Backups: the ValkeyBackup controller streams every shard's snapshot to an object store
-//! and writes a manifest.
+//! and writes a manifest; the ValkeyScheduledBackup controller creates backups on a schedule
+//! and applies retention.
 
 pub mod controller;
 pub mod manifest;
 pub mod plan;
 pub mod progress;
+pub mod schedule;
+pub mod scheduler;
 pub mod store;
 pub mod upload;
 

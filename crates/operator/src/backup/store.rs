@@ -4,11 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::gcp::GoogleCloudStorageBuilder;
-use object_store::{ClientOptions, ObjectStore, RetryConfig};
+use object_store::path::Path;
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
 use valkey_api::backup_store::{BackupStore, S3Store};
 
 use crate::render::secrets::secret_string;
@@ -157,6 +159,24 @@ pub fn build(
     Err(SetupError::Invalid(
         "store names none of s3, gcs or azure".into(),
     ))
+}
+
+/// Deletes every object under `dir` (a backup's directory); the count deleted.
+pub async fn delete_all(store: &Arc<dyn ObjectStore>, dir: &str) -> Result<usize, String> {
+    let prefix = Path::from(dir);
+    let objects: Vec<_> = store
+        .list(Some(&prefix))
+        .map_ok(|m| m.location)
+        .try_collect()
+        .await
+        .map_err(|e| super::upload::with_causes(&e))?;
+    for path in &objects {
+        match store.delete(path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(super::upload::with_causes(&e)),
+        }
+    }
+    Ok(objects.len())
 }
 
 #[cfg(test)]
