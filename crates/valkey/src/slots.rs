@@ -90,6 +90,24 @@ impl FromStr for SlotRange {
     }
 }
 
+/// CRC-16/XMODEM, the hash of cluster key slots.
+static SLOT_CRC: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
+
+/// The hash slot of `key`: CRC-16/XMODEM modulo 16384 of the key, or of its hash tag (the
+/// bytes between the first `{` and the first `}` after it, when there are any).
+pub fn key_slot(key: &[u8]) -> Slot {
+    let hashed = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let tag = &key[open + 1..];
+            let close = tag.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &tag[..close])
+        })
+        .unwrap_or(key);
+    SLOT_CRC.checksum(hashed) % SLOT_COUNT
+}
+
 const WORDS: usize = SLOT_COUNT as usize / 64;
 
 /// A set of hash slots stored as a 16384-bit bitmap (2 KiB).
@@ -388,6 +406,32 @@ impl Extend<SlotRange> for SlotSet {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn key_slots_of_known_keys() {
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"bar"), 5061);
+        assert_eq!(key_slot(b""), 0);
+        assert_eq!(key_slot(b"123456789"), 0x31C3 % SLOT_COUNT);
+        assert_eq!(
+            key_slot(b"{user1000}.following"),
+            key_slot(b"{user1000}.followers")
+        );
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        // Only the first `{...}` counts, and an empty tag hashes the whole key.
+        assert_eq!(key_slot(b"foo{bar}{zap}"), key_slot(b"bar"));
+        assert_eq!(key_slot(b"{}foo"), SLOT_CRC.checksum(b"{}foo") % SLOT_COUNT);
+        assert_ne!(key_slot(b"{}foo"), key_slot(b"foo"));
+        assert_eq!(
+            key_slot(b"foo{}{bar}"),
+            SLOT_CRC.checksum(b"foo{}{bar}") % SLOT_COUNT
+        );
+        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+        assert_eq!(
+            key_slot(b"foo{bar"),
+            SLOT_CRC.checksum(b"foo{bar") % SLOT_COUNT
+        );
+    }
 
     #[test]
     fn parse_and_format_ranges() {
