@@ -23,7 +23,7 @@
 
 pub mod prelude;
 mod protocol;
-mod rdb;
+pub(crate) mod rdb;
 
 use std::fmt;
 use std::net::IpAddr;
