@@ -10,6 +10,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::bootstrap::{BOOTSTRAP_IMMUTABLE_MESSAGE, BootstrapSpec, RestoreStatus};
 use crate::config;
 use crate::defaults;
 use crate::disruption::{PdbMode, PodDisruptionBudgetSpec};
@@ -77,6 +78,7 @@ pub const SHARD_PDB_NEEDS_REPLICAS_MESSAGE: &str = "spec.podDisruptionBudget.mod
 #[x_kube(validation = kube::core::Rule::new("has(self.persistence) == has(oldSelf.persistence)").message(PERSISTENCE_ADD_REMOVE_MESSAGE))]
 #[x_kube(validation = kube::core::Rule::new("!has(self.podDisruptionBudget) || !has(self.podDisruptionBudget.mode) || self.podDisruptionBudget.mode != 'Shard' || (has(self.replicas) && self.replicas >= 1)").message(SHARD_PDB_NEEDS_REPLICAS_MESSAGE))]
 #[x_kube(validation = kube::core::Rule::new("(has(self.networking) && has(self.networking.tls)) == (has(oldSelf.networking) && has(oldSelf.networking.tls))").message(TLS_TOGGLE_MESSAGE))]
+#[x_kube(validation = kube::core::Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)").message(BOOTSTRAP_IMMUTABLE_MESSAGE))]
 pub struct ValkeyClusterSpec {
     /// Valkey container image. Defaults to `valkey/valkey:9.0.0`. Graceful primary handoff on
     /// SIGTERM needs Valkey 9.0 or later. A new image is first checked by a short-lived pod
@@ -188,6 +190,11 @@ pub struct ValkeyClusterSpec {
     #[x_kube(validation = users::unique_names_rule())]
     pub users: Option<Vec<UserSpec>>,
 
+    /// Data the new cluster starts with: a backup restored into it (see `bootstrap.backup`).
+    /// Set at creation only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<BootstrapSpec>,
+
     /// Workload kind owning each node's pod: `StatefulSet` (default) or `Deployment` (cache-only
     /// clusters without persistence). Immutable.
     #[serde(default)]
@@ -265,6 +272,10 @@ pub struct ValkeyClusterStatus {
     /// ConfigurationWarning condition, reason InvalidConfig).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejected_config: Option<RejectedConfig>,
+
+    /// With `spec.bootstrap.backup`: how far the restore got (Ready waits for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreStatus>,
 }
 
 impl ValkeyClusterSpec {

@@ -4,6 +4,7 @@
 
 pub mod backup;
 pub mod backup_store;
+pub mod bootstrap;
 pub mod cluster;
 pub mod config;
 pub mod crd;

@@ -55,6 +55,12 @@ pub mod reason {
     /// Ready=False: pods Kubernetes reports Ready do not answer the operator (a timeout, a
     /// refused connection); the message names them with the error.
     pub const PODS_UNREACHABLE: &str = "PodsUnreachable";
+    /// Ready=False / Progressing=True: `spec.bootstrap.backup` is being restored (see
+    /// `status.restore`).
+    pub const RESTORING: &str = "Restoring";
+    /// Ready=False / Degraded=True: `spec.bootstrap.backup` was refused or could not be
+    /// restored; `status.restore.message` says why.
+    pub const RESTORE_FAILED: &str = "RestoreFailed";
     /// Progressing=True before the cluster first formed.
     pub const INITIALIZING: &str = "Initializing";
     /// Progressing=True: nodes are being met / attached.

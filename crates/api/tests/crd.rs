@@ -88,8 +88,8 @@ fn collect_messages(v: &Value, out: &mut Vec<String>) {
 #[test]
 fn every_documented_rule_is_present() {
     use valkey_api::{
-        backup, backup_store, cluster, config, networking, persistence, scheduled_backup,
-        scheduling, users,
+        backup, backup_store, bootstrap, cluster, config, networking, persistence,
+        scheduled_backup, scheduling, users,
     };
     let mut messages = vec![];
     collect_messages(&crd_json("valkeyclusters"), &mut messages);
@@ -117,6 +117,8 @@ fn every_documented_rule_is_present() {
         config::KEY_FORMAT_MESSAGE,
         config::VALUE_NEWLINE_MESSAGE,
         networking::TLS_SECRET_MESSAGE,
+        bootstrap::BOOTSTRAP_IMMUTABLE_MESSAGE,
+        bootstrap::BACKUP_SOURCE_MESSAGE,
     ];
     collect_messages(&crd_json("valkeybackups"), &mut messages);
     collect_messages(&crd_json("valkeyscheduledbackups"), &mut messages);

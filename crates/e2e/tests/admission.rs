@@ -11,7 +11,8 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams}
 use kube::{Client, Resource};
 use serde_json::{Value, json};
 use valkey_api::{
-    ValkeyCluster, ValkeyNode, cluster, config, labels, networking, persistence, scheduling, users,
+    ValkeyCluster, ValkeyNode, bootstrap, cluster, config, labels, networking, persistence,
+    scheduling, users,
 };
 
 use support::{Fixture, NS as NAMESPACE};
@@ -732,6 +733,43 @@ fn cases() -> Vec<Case> {
             json!({"shards": 2}),
             json!({"shards": 0}),
             "should be greater than or equal to 1",
+        ),
+        ok(
+            "bootstrap-by-name",
+            json!({"shards": 5, "bootstrap": {"backup": {"name": "nightly-20261207030000"}}}),
+        ),
+        ok(
+            "bootstrap-by-path",
+            json!({"shards": 1, "bootstrap": {"backup": {"path": "prod/ns/c/b",
+                "store": {"s3": {"bucket": "bkt", "endpoint": "https://s3.example"}}}}}),
+        ),
+        bad(
+            "bootstrap-name-and-path",
+            json!({"shards": 1, "bootstrap": {"backup": {"name": "b", "path": "prod/ns/c/b"}}}),
+            bootstrap::BACKUP_SOURCE_MESSAGE,
+        ),
+        bad(
+            "bootstrap-store-without-path",
+            json!({"shards": 1, "bootstrap": {"backup": {
+                "store": {"s3": {"bucket": "bkt", "endpoint": "https://s3.example"}}}}}),
+            bootstrap::BACKUP_SOURCE_MESSAGE,
+        ),
+        upd_bad(
+            "bootstrap-added-later",
+            json!({"shards": 1}),
+            json!({"shards": 1, "bootstrap": {"backup": {"name": "b"}}}),
+            bootstrap::BOOTSTRAP_IMMUTABLE_MESSAGE,
+        ),
+        upd_bad(
+            "bootstrap-changed",
+            json!({"shards": 1, "bootstrap": {"backup": {"name": "b"}}}),
+            json!({"shards": 1, "bootstrap": {"backup": {"name": "c"}}}),
+            bootstrap::BOOTSTRAP_IMMUTABLE_MESSAGE,
+        ),
+        upd_ok(
+            "bootstrap-kept-while-scaling",
+            json!({"shards": 1, "bootstrap": {"backup": {"name": "b"}}}),
+            json!({"shards": 2, "bootstrap": {"backup": {"name": "b"}}}),
         ),
     ]
 }

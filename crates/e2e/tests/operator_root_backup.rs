@@ -8,7 +8,11 @@
 //! manifest says, and together they hold every key acknowledged before the backup with its
 //! value and TTL. The writer loses nothing. Then the failures, each reported in the
 //! `Completed` condition with the store's words and one event: wrong credentials, a missing
-//! credentials Secret, and an unreachable store.
+//! credentials Secret, and an unreachable store. The backup is restored into new clusters of
+//! 3 and 5 shards (by the ValkeyBackup's name, and by store and path): every key with its
+//! value and TTL, exactly the backup's key count, Ready only after. Refused without writing
+//! a key: a Valkey 8.0 target for a 9.1 backup, a path without a manifest, and a file changed
+//! in the store. A schedule every 10 s keeping 2 deletes older backups and their files.
 //!
 //! Measured times are printed as `MEASURE …` lines.
 
@@ -215,7 +219,7 @@ async fn check_backup_content(s3: &S3Server, name: &str) -> anyhow::Result<u64> 
     Ok(total)
 }
 
-async fn backup_under_writer(fx: &Fixture, s3: &S3Server) -> anyhow::Result<()> {
+async fn backup_under_writer(fx: &Fixture, s3: &S3Server) -> anyhow::Result<i64> {
     let client = &fx.client;
     let mut conn = cluster_client(client, NAME, PW).await?;
     acked_writes(&mut conn, KEYS, "k").await?;
@@ -274,7 +278,7 @@ async fn backup_under_writer(fx: &Fixture, s3: &S3Server) -> anyhow::Result<()> 
         event_count(client, "first", "BackupCompleted", "Normal").await? == 1,
         "one BackupCompleted event"
     );
-    Ok(())
+    Ok(loaded as i64)
 }
 
 async fn failures_are_reported(fx: &Fixture, s3: &S3Server) -> anyhow::Result<()> {
@@ -471,6 +475,182 @@ async fn scheduled_backups_with_retention(fx: &Fixture, s3: &S3Server) -> anyhow
     Ok(())
 }
 
+/// Waits until cluster `name`'s `status.restore` reaches a final phase; returns it.
+async fn wait_restore(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<valkey_api::bootstrap::RestoreStatus> {
+    let api: Api<valkey_api::ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    loop {
+        let vc = api.get(name).await?;
+        let r = vc.status.as_ref().and_then(|s| s.restore.clone());
+        let now = format!("{:?}", r.as_ref().map(|r| (r.phase, &r.message)));
+        if now != last {
+            eprintln!("[restore {name} {:.1}s] {now}", clock());
+            last = now;
+        }
+        if let Some(r) = r.filter(|r| r.phase.is_final()) {
+            return Ok(r);
+        }
+        if Instant::now() > deadline {
+            bail!("restore {name}: not done after {timeout:?}: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Every key acknowledged before backup `first` is in cluster `name` with its value and TTL,
+/// and the cluster holds exactly the backup's keys.
+async fn check_restored(client: &Client, name: &str, backup_keys: i64) -> anyhow::Result<()> {
+    let mut conn = cluster_client(client, name, PW).await?;
+    check_acked(&mut conn, KEYS, "k", "a restore").await?;
+    for i in 0..TTL_KEYS {
+        let key = format!("t:{i}");
+        let v: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut conn).await?;
+        ensure!(
+            v.as_deref() == Some(&*i.to_string()),
+            "{name}: {key} = {v:?}"
+        );
+        let ttl: i64 = redis::cmd("TTL").arg(&key).query_async(&mut conn).await?;
+        ensure!(ttl > 3000 && ttl <= 3600, "{name}: {key} TTL {ttl}");
+    }
+    let mut total = 0i64;
+    for p in pods_of(client, name).await? {
+        let ip = pod_ip(&p).context("pod IP")?;
+        let role = live_role(&ip, "app", PW).await?;
+        if role == "master" {
+            let mut c = node_conn(&ip, "app", PW).await?;
+            let n: i64 = query_cmd(&mut c, &["DBSIZE"]).await?;
+            total += n;
+        }
+    }
+    ensure!(
+        total == backup_keys,
+        "{name}: {total} keys, the backup holds {backup_keys}"
+    );
+    Ok(())
+}
+
+fn bootstrap(backup: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"bootstrap": {"backup": backup}})
+}
+
+/// Restores backup `first` into 3 and 5 shards; refuses a Valkey 8 target, a missing
+/// manifest and a changed file, writing nothing.
+async fn restores(fx: &Fixture, s3: &S3Server, backup_keys: i64) -> anyhow::Result<()> {
+    let client = &fx.client;
+    let t0 = Instant::now();
+    for name in ["r3", "r5"] {
+        create_user_secret(client, &format!("{name}-app"), PW).await?;
+    }
+    create_cluster_with(
+        client,
+        "r3",
+        3,
+        1,
+        bootstrap(serde_json::json!({"name": "first"})),
+    )
+    .await?;
+    let store = serde_json::json!({"s3": {"bucket": S3_BUCKET, "endpoint": s3.endpoint(),
+        "forcePathStyle": true, "credentials": {"secretName": "s3-good"}}});
+    create_cluster_with(
+        client,
+        "r5",
+        5,
+        1,
+        bootstrap(
+            serde_json::json!({"store": store, "path": format!("{PREFIX}/{NS}/{NAME}/first")}),
+        ),
+    )
+    .await?;
+    for (name, shards) in [("r3", 3), ("r5", 5)] {
+        let r = wait_restore(client, name, Duration::from_secs(300)).await?;
+        ensure!(
+            r.phase == valkey_api::bootstrap::RestorePhase::Completed,
+            "{name}: {r:?}"
+        );
+        ensure!(r.keys == backup_keys && r.expired == 0, "{name}: {r:?}");
+        wait_ready(client, name, shards, Duration::from_secs(120)).await?;
+        eprintln!(
+            "MEASURE restore into {shards} shards: {} keys, {} bytes, create -> Ready {:.1}s ({})",
+            r.keys,
+            r.bytes,
+            t0.elapsed().as_secs_f64(),
+            r.message.unwrap_or_default()
+        );
+        check_restored(client, name, backup_keys).await?;
+        ensure!(event_count(client, name, "RestoreCompleted", "Normal").await? == 1);
+    }
+
+    // Refusals: nothing is written, the cluster says why.
+    let refused = |name: &'static str, extra: serde_json::Value, words: &'static str| async move {
+        create_user_secret(client, &format!("{name}-app"), PW).await?;
+        create_cluster_with(client, name, 1, 0, extra).await?;
+        let r = wait_restore(client, name, Duration::from_secs(180)).await?;
+        let msg = r.message.clone().unwrap_or_default();
+        ensure!(
+            r.phase == valkey_api::bootstrap::RestorePhase::Failed && msg.contains(words),
+            "{name}: {r:?}"
+        );
+        ensure!(r.keys == 0, "{name}: keys written: {r:?}");
+        let vc = wait_cluster_reason(client, name, "RestoreFailed").await?;
+        eprintln!(
+            "{name}: refused: {msg} (state {:?})",
+            vc.status.map(|s| s.state)
+        );
+        anyhow::Ok(())
+    };
+    let mut older = bootstrap(serde_json::json!({"name": "first"}));
+    older["image"] = serde_json::json!("valkey/valkey:8.0.1");
+    refused("r8", older, "RDB version 80").await?;
+    refused(
+        "rmissing",
+        bootstrap(serde_json::json!({"store": store, "path": format!("{PREFIX}/{NS}/{NAME}/nothing-here")})),
+        "no manifest.json",
+    )
+    .await?;
+    // One byte of a file changed in the store.
+    let key = format!("/{S3_BUCKET}/{PREFIX}/{NS}/{NAME}/first/shard-00001.rdb");
+    let mut file = get_object(s3, key.trim_start_matches(&format!("/{S3_BUCKET}/")))?;
+    let mid = file.len() / 2;
+    file[mid] ^= 0x01;
+    let (status, body) = s3.request("PUT", &key, &file).map_err(anyhow::Error::msg)?;
+    ensure!(status == 200, "PUT {key}: {status} {body}");
+    refused(
+        "rtampered",
+        bootstrap(serde_json::json!({"name": "first"})),
+        "SHA-256",
+    )
+    .await?;
+    Ok(())
+}
+
+/// Waits until cluster `name`'s status reason is `reason`.
+async fn wait_cluster_reason(
+    client: &Client,
+    name: &str,
+    reason: &str,
+) -> anyhow::Result<valkey_api::ValkeyCluster> {
+    let api: Api<valkey_api::ValkeyCluster> = Api::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let vc = api.get(name).await?;
+        if vc.status.as_ref().and_then(|s| s.reason.as_deref()) == Some(reason) {
+            return Ok(vc);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{name}: reason {:?}, not {reason}",
+                vc.status.and_then(|s| s.reason)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_root_backup_to_s3() -> anyhow::Result<()> {
     let Some(fx) = Fixture::start().await? else {
@@ -484,7 +664,8 @@ async fn operator_root_backup_to_s3() -> anyhow::Result<()> {
     create_ready_cluster_with(&fx.client, NAME, PW, 3, 1, persistence).await?;
     eprintln!("MEASURE 3x1 Ready: {:.1}s", t0.elapsed().as_secs_f64());
     let result = async {
-        backup_under_writer(&fx, &s3).await?;
+        let backup_keys = backup_under_writer(&fx, &s3).await?;
+        restores(&fx, &s3, backup_keys).await?;
         failures_are_reported(&fx, &s3).await?;
         scheduled_backups_with_retention(&fx, &s3).await
     }

@@ -10,8 +10,8 @@ use tracing::error;
 use crate::metrics::Metrics;
 use crate::scope::Scope;
 
-/// Runs the ValkeyCluster, ValkeyNode, ValkeyBackup and ValkeyScheduledBackup controllers
-/// over `scope` until `shutdown` completes.
+/// Runs the ValkeyCluster, ValkeyNode, ValkeyBackup, ValkeyScheduledBackup and restore
+/// controllers over `scope` until `shutdown` completes.
 pub async fn run_controllers(
     client: Client,
     metrics: Arc<Metrics>,
@@ -37,10 +37,16 @@ pub async fn run_controllers(
         scope.clone(),
         shutdown.clone(),
     );
+    let restores = crate::backup::restore::run(
+        client.clone(),
+        metrics.clone(),
+        scope.clone(),
+        shutdown.clone(),
+    );
     let node = async {
         if let Err(e) = crate::node::run(client, metrics, scope, shutdown).await {
             error!("ValkeyNode controller stopped: {e:#}");
         }
     };
-    futures::join!(cluster, node, backup, schedules);
+    futures::join!(cluster, node, backup, schedules, restores);
 }

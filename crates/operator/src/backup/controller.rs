@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -21,20 +21,17 @@ use valkey_api::ValkeyCluster;
 use valkey_api::backup::{
     BackupDeletionPolicy, BackupPhase, FILES_FINALIZER, ValkeyBackup, ValkeyBackupStatus, reasons,
 };
-use valkey_api::labels::{self, BACKUP_FIELD_MANAGER};
-use valkey_ops::client::{ClientConfig, NodePool};
-use valkey_ops::commands::acl::{OPERATOR_USER, REPLICATION_USER};
-use valkey_ops::commands::observe::observe_topology;
+use valkey_api::labels::BACKUP_FIELD_MANAGER;
+use valkey_ops::client::ClientConfig;
 
 use super::manifest::{self, Manifest, ShardEntry};
 use super::plan::{self, ShardSource};
 use super::progress::{self, MAX_ATTEMPTS};
+use super::reach::{self, Unreached};
 use super::store::{self, SetupError};
 use super::upload::{self, UploadError};
-use crate::cluster::observe::positions;
 use crate::context::Shared;
 use crate::metrics::{FailureReason, Metrics};
-use crate::render::{names, secrets};
 use crate::scope::Scope;
 
 /// Name of the controller in metrics.
@@ -164,47 +161,24 @@ async fn prepare(b: &ValkeyBackup, client: &Client, ns: &str) -> Result<Prepared
             "ValkeyCluster {cluster} does not exist in namespace {ns}"
         ))));
     };
-    let (system_name, backup_name) = (
-        names::system_secret_name(cluster),
-        names::system_backup_secret_name(cluster),
-    );
-    let (system, system_backup) =
-        tokio::try_join!(secrets.get_opt(&system_name), secrets.get_opt(&backup_name),)?;
-    if system.is_none() && system_backup.is_none() {
+    if let Some(op) = vc.status.as_ref().and_then(|s| s.operation.as_ref()) {
         return Err(NotYetOr::Not(NotStarted::Wait(format!(
-            "ValkeyCluster {cluster} has no system Secret yet"
+            "ValkeyCluster {cluster} is busy ({}): the backup starts once it is done, so that \
+             no slot's keys are split between two shards",
+            op.kind
         ))));
     }
-    let passwords = secrets::system_passwords(&[system.as_ref(), system_backup.as_ref()]);
-    let tls_ca = match vc.spec.tls_secret_name() {
-        Some(n) => secrets
-            .get_opt(n)
-            .await?
-            .and_then(|s| s.data?.remove("ca.crt").map(|b| b.0)),
-        None => None,
+    let reached = match reach::reach(client, &vc, Duration::from_secs(5)).await {
+        Ok(r) => r,
+        Err(Unreached::Api(e)) => return Err(e.into()),
+        Err(Unreached::NotYet(m)) => return Err(NotYetOr::Not(NotStarted::Wait(m))),
     };
-    let with_tls = |c: ClientConfig| match &tls_ca {
-        Some(ca) => c.with_tls_names(ca.clone(), names::tls_server_names(cluster, ns)),
-        None => c,
-    };
-    let pool = NodePool::new(with_tls(
-        ClientConfig::new(OPERATOR_USER, passwords.operator.clone())
-            .with_timeouts(Duration::from_secs(2), Duration::from_secs(5)),
-    ));
-    let pods = Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("{}={cluster}", labels::CLUSTER)))
-        .await?
-        .items;
-    let topology = observe_topology(&pool, positions(&pods)).await;
-    let sources = plan::sources(&topology)
+    let sources = plan::sources(&reached.topology)
         .map_err(|e| NotYetOr::Not(NotStarted::Wait(format!("ValkeyCluster {cluster}: {e}"))))?;
     Ok(Prepared {
         store,
         sources,
-        snapshot_config: with_tls(
-            ClientConfig::new(REPLICATION_USER, passwords.replication)
-                .with_timeouts(Duration::from_secs(5), Duration::from_secs(10)),
-        ),
+        snapshot_config: reached.replication,
     })
 }
 
@@ -292,9 +266,24 @@ async fn delete_files(
     }
 }
 
-async fn pass(b: &ValkeyBackup, ctx: &Shared) -> Result<Action, BackupError> {
-    let ns = b.namespace().ok_or(BackupError::NoNamespace)?;
+async fn pass(cached: &ValkeyBackup, ctx: &Shared) -> Result<Action, BackupError> {
+    let ns = cached.namespace().ok_or(BackupError::NoNamespace)?;
     let api: Api<ValkeyBackup> = Api::namespaced(ctx.client.clone(), &ns);
+    if cached
+        .status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .is_some_and(BackupPhase::is_final)
+        && cached.meta().deletion_timestamp.is_none()
+    {
+        return Ok(Action::await_change());
+    }
+    // The cache can be a write behind this controller's own last status write: a backup that
+    // just completed would be taken again. Read the object itself.
+    let Some(b) = api.get_opt(&cached.name_any()).await? else {
+        return Ok(Action::await_change());
+    };
+    let b = &b;
     let has_finalizer = b.finalizers().iter().any(|f| f == FILES_FINALIZER);
     if b.meta().deletion_timestamp.is_some() {
         return if has_finalizer {

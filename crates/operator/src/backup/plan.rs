@@ -30,8 +30,7 @@ pub enum NotYet {
     Unreachable,
     /// Slots without a reachable primary.
     #[error(
-        "{count} slots have no reachable primary (first: {first}); the backup starts once \
-         every slot has one"
+        "{count} slots have no reachable primary (first: {first}); waiting until every slot has one"
     )]
     SlotsUncovered {
         /// How many.

@@ -142,6 +142,33 @@ impl ChildFailure {
     }
 }
 
+/// A restore Ready waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RestoreGate {
+    /// Not finished: what it is doing.
+    InProgress(String),
+    /// Refused or given up: why.
+    Failed(String),
+}
+
+impl RestoreGate {
+    /// The gate of a cluster with `spec.bootstrap` (`None` without one, or once restored).
+    pub fn of(vc: &valkey_api::ValkeyCluster) -> Option<Self> {
+        vc.spec.bootstrap.as_ref()?;
+        let restore = vc.status.as_ref().and_then(|s| s.restore.as_ref());
+        let message = restore.and_then(|r| r.message.clone());
+        match restore.map(|r| r.phase) {
+            Some(valkey_api::bootstrap::RestorePhase::Completed) => None,
+            Some(valkey_api::bootstrap::RestorePhase::Failed) => Some(Self::Failed(
+                message.unwrap_or_else(|| "the restore failed".into()),
+            )),
+            _ => Some(Self::InProgress(message.unwrap_or_else(|| {
+                "waiting to restore spec.bootstrap.backup once the cluster has formed".into()
+            }))),
+        }
+    }
+}
+
 /// How a Degraded `NodeAddFailed` message starts when a pod cannot be created (the event
 /// `PodCreationFailed` keys on it).
 pub const POD_CREATION_FAILED_PREFIX: &str = "a pod cannot be created: ";
@@ -177,6 +204,8 @@ pub struct Facts {
     pub topology: TopologyFacts,
     /// Pods of the layout whose readiness probe has not passed (names, sorted).
     pub unready_pods: Vec<String>,
+    /// `spec.bootstrap.backup` not restored yet (or refused): what `status.restore` says.
+    pub restore: Option<RestoreGate>,
     /// Pods Kubernetes reports Ready that the operator cannot reach: `pod (error)`, sorted.
     pub unreachable_pods: Vec<String>,
     /// Work the operator did or is waiting for.
@@ -314,6 +343,11 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
                 f.unready_pods.len()
             ),
         )
+    } else if let Some(gate) = &f.restore {
+        match gate {
+            RestoreGate::InProgress(m) => Cond::no(condition::READY, reason::RESTORING, m.clone()),
+            RestoreGate::Failed(m) => Cond::no(condition::READY, reason::RESTORE_FAILED, m.clone()),
+        }
     } else if let Some(p) = &f.progress {
         let r = if p.activity == Activity::UpdatingNodes {
             reason::UPDATING_NODES
@@ -337,6 +371,8 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
     // sees is one of the contract's.
     let degraded = if let Some(msg) = &f.pod_creation_failed {
         Cond::yes(condition::DEGRADED, reason::NODE_ADD_FAILED, msg.clone())
+    } else if let Some(RestoreGate::Failed(msg)) = &f.restore {
+        Cond::yes(condition::DEGRADED, reason::RESTORE_FAILED, msg.clone())
     } else if let Some(msg) = &f.unschedulable {
         Cond::yes(condition::DEGRADED, reason::POD_UNSCHEDULABLE, msg.clone())
     } else if let Some(e) = &f.step_failure {
@@ -365,9 +401,16 @@ pub fn conditions(f: &Facts) -> Vec<Cond> {
             p.activity.reason(),
             p.message.clone(),
         )
+    } else if ready.reason == reason::RESTORING {
+        Cond::yes(
+            condition::PROGRESSING,
+            reason::RESTORING,
+            ready.message.clone(),
+        )
     } else if !ready.status
         && f.apply_error.is_none()
         && degraded.reason != reason::POD_UNSCHEDULABLE
+        && degraded.reason != reason::RESTORE_FAILED
     {
         let r = if t.shards_present == 0 {
             reason::INITIALIZING
@@ -496,6 +539,41 @@ mod tests {
         assert!(!ready.status);
         assert_eq!(ready.reason, reason::RECONCILING);
         assert!(ready.message.contains("departed"));
+    }
+
+    #[test]
+    fn ready_waits_for_the_restore_and_a_failed_one_degrades() {
+        let mut f = healthy();
+        f.restore = Some(RestoreGate::InProgress("file 1 of 3".into()));
+        let c = conditions(&f);
+        let ready = get(&c, condition::READY);
+        assert_eq!((ready.status, ready.reason), (false, reason::RESTORING));
+        let progressing = get(&c, condition::PROGRESSING);
+        assert_eq!(
+            (
+                progressing.status,
+                progressing.reason,
+                progressing.message.as_str()
+            ),
+            (true, reason::RESTORING, "file 1 of 3")
+        );
+        assert_eq!(
+            super::super::conditions::derive_state(&c).0,
+            ClusterState::Reconciling
+        );
+        f.restore = Some(RestoreGate::Failed("tampered".into()));
+        let c = conditions(&f);
+        assert_eq!(get(&c, condition::READY).reason, reason::RESTORE_FAILED);
+        let degraded = get(&c, condition::DEGRADED);
+        assert_eq!(
+            (degraded.status, degraded.reason),
+            (true, reason::RESTORE_FAILED)
+        );
+        assert!(!get(&c, condition::PROGRESSING).status);
+        assert_eq!(
+            super::super::conditions::derive_state(&c).0,
+            ClusterState::Degraded
+        );
     }
 
     #[test]

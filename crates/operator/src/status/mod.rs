@@ -12,7 +12,7 @@ use valkey_api::status::ShardStatus;
 
 pub use assess::{
     Activity, Child, ChildFailure, Facts, FailureKind, POD_CREATION_FAILED_PREFIX, Progress,
-    StepFailure, reason,
+    RestoreGate, StepFailure, reason,
 };
 pub use conditions::Cond;
 pub use events::{EventSpec, transition_events};
@@ -43,6 +43,8 @@ pub fn next_status(
         tls: previous.and_then(|p| p.tls.clone()),
         accepted_config: previous.and_then(|p| p.accepted_config.clone()),
         rejected_config: previous.and_then(|p| p.rejected_config.clone()),
+        // Written by the restore (`backup/restore.rs`), kept as it is.
+        restore: previous.and_then(|p| p.restore.clone()),
     }
 }
 

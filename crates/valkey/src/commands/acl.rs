@@ -41,7 +41,9 @@ impl std::fmt::Debug for SystemUsers<'_> {
 /// Commands the operator needs: cluster administration (all `CLUSTER` subcommands, including
 /// `GETKEYSINSLOT`/`COUNTKEYSINSLOT`/`MIGRATESLOTS`), `CONFIG`, `ACL LOAD` and inspection,
 /// `INFO`, `WAIT`, `MIGRATE` + `RESTORE-ASKING` for key-by-key slot migration (these two need
-/// the `~*` key pattern; `MIGRATE` also sends `SELECT 0` to the target), connection handshake. No data commands (`GET`, `SET`, ...).
+/// the `~*` key pattern; `MIGRATE` also sends `SELECT 0` to the target), `RESTORE` and
+/// `FUNCTION LOAD` to restore a backup into a new cluster, connection handshake. No command
+/// that reads data (`GET`, `SCAN`, `DUMP`, ...).
 pub const OPERATOR_COMMANDS: &[&str] = &[
     "+cluster",
     "+config",
@@ -59,6 +61,8 @@ pub const OPERATOR_COMMANDS: &[&str] = &[
     "+wait",
     "+dbsize",
     "+migrate",
+    "+restore",
+    "+function|load",
     "+restore-asking",
     "+asking",
     "+select",

@@ -92,6 +92,7 @@ pub fn derive(s: &Stages<'_>) -> Facts {
         system_users_refused: observe::system_users_refused(&observed.topology),
         unready_pods: observe::unready(&observed.pods, crate::cluster::plan::layout(vc)),
         unreachable_pods: observe::unreachable(&observed.topology, &observed.pods),
+        restore: crate::status::RestoreGate::of(s.requested),
         shard_restart: crate::status::shard_restart::shard_restart(
             observed
                 .pods

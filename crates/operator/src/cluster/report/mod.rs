@@ -172,6 +172,11 @@ pub async fn report(
     if status::changed(vc.status.as_ref(), &new_status) {
         let api: Api<ValkeyCluster> = Api::namespaced(ctx.shared.client.clone(), &ns);
         let mut patch = serde_json::json!({ "status": new_status });
+        // `status.restore` is the restore's (`backup/restore.rs`): never written back from
+        // this pass's copy, which may be older.
+        if let Some(st) = patch["status"].as_object_mut() {
+            st.remove("restore");
+        }
         // A merge patch keeps fields it does not name: clear those that are gone.
         for (field, gone) in [
             ("operation", new_status.operation.is_none()),
