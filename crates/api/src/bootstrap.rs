@@ -97,6 +97,10 @@ pub struct RestoreStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<Time>,
 
+    /// Seconds the completing attempt took, from checking the files to the last key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<f64>,
+
     /// When the next attempt starts, after a failed one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<Time>,

@@ -332,6 +332,7 @@ async fn attempt(
         return Err(Stop::Refuse(format!("{why}; nothing was restored")));
     }
     status.files = manifest.shards.len() as i32;
+    let attempt_started = Instant::now();
     if status.started_at.is_none() {
         status.started_at = Some(now());
     }
@@ -396,6 +397,8 @@ async fn attempt(
           secs = started.elapsed().as_secs_f64(), "restore completed");
     status.phase = RestorePhase::Completed;
     status.completed_at = Some(now());
+    status.duration_seconds =
+        Some((attempt_started.elapsed().as_millis() as f64 / 1000.0).max(0.001));
     status.message = Some(format!(
         "restored {} keys from {} files ({} bytes; {} already expired) in {:.1} s; the \
          primaries hold {total} keys",
