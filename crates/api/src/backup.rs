@@ -132,7 +132,8 @@ pub struct ValkeyBackupStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<i64>,
 
-    /// Keys in the backup, as the servers counted them when they wrote their snapshots.
+    /// Keys in the backup's files (every database), counted by splitting the files into keys
+    /// as they were written, the way a restore splits them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keys: Option<i64>,
 

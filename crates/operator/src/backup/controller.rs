@@ -393,10 +393,10 @@ async fn attempt(
         )
         .await
         {
-            Ok(info) => {
+            Ok(upload::Stored { info, summary }) => {
                 info!(
                     backup = %b.name_any(), shard = i, pod = %source.pod, bytes = info.bytes,
-                    "shard snapshot stored"
+                    keys = summary.keys, "shard snapshot stored"
                 );
                 entries.push(ShardEntry {
                     file,
@@ -405,7 +405,7 @@ async fn attempt(
                     sha256: info.sha256,
                     rdb_checksum: info.rdb_checksum,
                     rdb_version: info.rdb_version,
-                    keys: info.keys,
+                    keys: Some(summary.keys),
                     valkey_version: info.server_version,
                     source_pod: source.pod.clone(),
                     source_node_id: source.node_id.clone(),
@@ -433,7 +433,7 @@ async fn attempt(
     let outcome = match failure {
         Some((i, source, e)) => Err((
             match &e {
-                UploadError::Snapshot(_) => reasons::SNAPSHOT_ERROR,
+                UploadError::Snapshot(_) | UploadError::Unsplittable(_) => reasons::SNAPSHOT_ERROR,
                 UploadError::Store(_) => reasons::STORE_ERROR,
             },
             format!(

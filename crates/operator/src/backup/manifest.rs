@@ -55,7 +55,8 @@ pub struct ShardEntry {
     pub rdb_checksum: Option<u64>,
     /// RDB format version (11: `REDIS0011`, 80: `VALKEY080`).
     pub rdb_version: u32,
-    /// Keys, as the server counted them when it wrote the file (`None`: not recorded).
+    /// Keys in the file (every database), counted by splitting it as a restore does (`None`:
+    /// not recorded).
     pub keys: Option<u64>,
     /// The serving node's Valkey version.
     pub valkey_version: String,
