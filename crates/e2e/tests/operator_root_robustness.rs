@@ -214,7 +214,14 @@ async fn config_poison(client: &Client, name: &str) -> anyhow::Result<()> {
         pod_identities(client, name).await? != pods0,
         "{name}: the fixed config did not roll"
     );
-    for p in pods_of(client, name).await? {
+    // The servers' pods: the fix's config-check pod may still be on its way out (no IP).
+    let servers = pods_of(client, name).await?.into_iter().filter(|p| {
+        p.labels()
+            .get(valkey_api::labels::APP_COMPONENT)
+            .map(String::as_str)
+            != Some(valkey_api::labels::COMPONENT_CONFIG_CHECK)
+    });
+    for p in servers {
         let ip = pod_ip(&p).context("pod IP")?;
         let mut c = node_conn(&ip, "app", PW).await?;
         let hz: Vec<String> = query_cmd(&mut c, &["CONFIG", "GET", "hz"]).await?;
