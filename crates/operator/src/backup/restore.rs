@@ -256,7 +256,10 @@ async fn source(
     client: &Client,
     ns: &str,
 ) -> Result<(BackupStore, String), Stop> {
-    let b = &vc.spec.bootstrap.as_ref().expect("bootstrap").backup;
+    let Some(bootstrap) = vc.spec.bootstrap.as_ref() else {
+        return Err(Stop::Wait("spec.bootstrap is not set".into()));
+    };
+    let b = &bootstrap.backup;
     if let (Some(store), Some(path)) = (&b.store, &b.path) {
         return Ok((store.clone(), path.trim_matches('/').to_owned()));
     }
