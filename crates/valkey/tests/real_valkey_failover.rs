@@ -26,9 +26,10 @@ async fn real_valkey9_primary_death_failover_forget_and_replace() {
     for r in &addrs[3..] {
         wait_replica_synced(&pool, r, "replica link up").await;
     }
-    // Replicas acknowledge (WAIT on the operator connection: no writes of its own → all).
+    // Replicas acknowledge the writes (WAIT on the writer's own connection: WAIT waits for the
+    // calling connection's last write, so on any other connection it proves nothing).
     assert!(
-        commands::wait_replicas(&pool, &addrs[0], 1, Duration::from_secs(2))
+        commands::wait_replicas(&app, &addrs[0], 1, Duration::from_secs(2))
             .await
             .unwrap()
             >= 1
