@@ -12,7 +12,7 @@ DIR="$(realpath -m "${1:-/tmp/valkey-demo}")"
 cd "$ROOT"
 
 echo "==> installing dependencies"
-# Every step but seaweedfs (the tests' S3 store, minutes to build).
+# Every step but the tests' object stores (seaweedfs, fakegcs, azurite: minutes to build).
 bin_line=$(bash hack/install-deps.sh apt valkey9 etcd exporter helm kube | tail -n 1)
 BIN=${bin_line#BIN_DIR=}
 export LOCALKUBE_BIN_DIR="$BIN"

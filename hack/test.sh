@@ -16,7 +16,8 @@ phase() { # phase NAME
 }
 
 phase "install dependencies"
-# Every step, seaweedfs (the S3-compatible store of valkey-testkit's S3Server) included.
+# Every step: seaweedfs, fakegcs and azurite (the object stores of valkey-testkit's S3Server,
+# GcsServer and AzuriteServer) included.
 bin_line=$(bash hack/install-deps.sh | tail -n 1)
 export LOCALKUBE_BIN_DIR=${bin_line#BIN_DIR=}
 export PATH="$LOCALKUBE_BIN_DIR:$PATH"

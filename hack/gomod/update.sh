@@ -9,9 +9,14 @@
 #   bash hack/gomod/update.sh redis-exporter v1.62.0
 #   bash hack/gomod/update.sh helm v4.3.2
 #   bash hack/gomod/update.sh seaweedfs v0.0.0-20261109003541-7506e5f91cd6
+#   bash hack/gomod/update.sh fake-gcs-server v1.56.1
+#
+# The npm package (Azurite) is pinned by hack/npm/azurite/package-lock.json: change the version
+# in its package.json, then `npm install --package-lock-only --ignore-scripts` there (its
+# .npmrc keeps registry addresses out of the lockfile).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-name=${1:?wrapper: kubernetes, etcd, redis-exporter, helm or seaweedfs}
+name=${1:?wrapper: kubernetes, etcd, redis-exporter, helm, seaweedfs or fake-gcs-server}
 version=${2:?version}
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local
 cd "$HERE/$name"
@@ -44,6 +49,10 @@ case "$name" in
     # S3 server).
     rm -f go.sum; printf 'module valkey-operator-build/seaweedfs\n\ngo 1.26\n' > go.mod
     go get -tool "github.com/seaweedfs/seaweedfs/weed@$version"
+    ;;
+  fake-gcs-server)
+    rm -f go.sum; printf 'module valkey-operator-build/fake-gcs-server\n\ngo 1.26\n' > go.mod
+    go get -tool "github.com/fsouza/fake-gcs-server@$version"
     ;;
   *) echo "unknown wrapper '$name'" >&2; exit 2 ;;
 esac

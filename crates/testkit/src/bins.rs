@@ -1,4 +1,5 @@
-//! Where the server binaries are: Valkey's, and SeaweedFS' `weed` (the tests' S3 store).
+//! Where the server binaries are: Valkey's, and the tests' object stores (SeaweedFS' `weed`,
+//! `fake-gcs-server`, Azurite's `azurite-blob`).
 
 use std::path::{Path, PathBuf};
 
@@ -65,15 +66,15 @@ impl Flavor {
     }
 }
 
-/// SeaweedFS' `weed` (installed by `hack/install-deps.sh seaweedfs`): `WEED_BIN` when set,
-/// else `weed` in [`bin_dir`], else in the versioned cache directory next to it (the
+/// A tool of the tests installed by `hack/install-deps.sh STEP`: `$env` when set, else
+/// `name` in [`bin_dir`], else in a versioned cache directory (`<cache_dir>-*`) next to it (the
 /// installer links it last), else on `PATH`. `None` when none exists.
-pub fn weed() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("WEED_BIN") {
+fn installed_tool(env: &str, name: &str, cache_dir: &str, in_dir: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env) {
         return Some(PathBuf::from(p)).filter(|p| p.is_file());
     }
     let bin = bin_dir();
-    let linked = bin.join("weed");
+    let linked = bin.join(name);
     if linked.is_file() {
         return Some(linked);
     }
@@ -82,14 +83,44 @@ pub fn weed() -> Option<PathBuf> {
             .ok()?
             .filter_map(Result::ok)
             .find_map(|e| {
-                let p = e.path().join("weed");
-                (e.file_name().to_string_lossy().starts_with("seaweedfs-") && p.is_file())
-                    .then_some(p)
+                let p = e.path().join(in_dir).join(name);
+                (e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("{cache_dir}-"))
+                    && p.is_file())
+                .then_some(p)
             })
     });
     cached.or_else(|| {
         std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-            .map(|d| d.join("weed"))
+            .map(|d| d.join(name))
             .find(|p| p.is_file())
     })
+}
+
+/// SeaweedFS' `weed` (`hack/install-deps.sh seaweedfs`; `WEED_BIN` overrides).
+pub fn weed() -> Option<PathBuf> {
+    installed_tool("WEED_BIN", "weed", "seaweedfs", "")
+}
+
+/// `fake-gcs-server`, the Google Cloud Storage emulator (`hack/install-deps.sh fakegcs`;
+/// `FAKE_GCS_SERVER_BIN` overrides).
+pub fn fake_gcs_server() -> Option<PathBuf> {
+    installed_tool(
+        "FAKE_GCS_SERVER_BIN",
+        "fake-gcs-server",
+        "fake-gcs-server",
+        "",
+    )
+}
+
+/// Azurite's `azurite-blob`, the Azure Blob Storage emulator, a Node.js script
+/// (`hack/install-deps.sh azurite`; `AZURITE_BLOB_BIN` overrides).
+pub fn azurite_blob() -> Option<PathBuf> {
+    installed_tool(
+        "AZURITE_BLOB_BIN",
+        "azurite-blob",
+        "azurite",
+        "node_modules/.bin",
+    )
 }

@@ -4,18 +4,26 @@
 //!
 //! Binaries (see [`bins`]): Valkey 9.1 (`valkey-server-9`, no TLS) and Valkey 8.0
 //! (`/usr/bin/valkey-server`, TLS), both installed by `hack/install-deps.sh`; SeaweedFS'
-//! `weed` for [`S3Server`], a real S3-compatible store (`hack/install-deps.sh seaweedfs`).
+//! `weed` for [`S3Server`], a real S3-compatible store (`hack/install-deps.sh seaweedfs`);
+//! `fake-gcs-server` for [`GcsServer`] and Azurite for [`AzureServer`], the Google Cloud
+//! Storage and Azure Blob Storage emulators (`hack/install-deps.sh fakegcs azurite`).
 
+pub mod azure_server;
 pub mod bins;
 pub mod cluster;
+pub mod gcs_server;
+mod http1;
 pub mod keys;
 pub mod promql;
 pub mod s3_server;
 pub mod server;
+mod store_process;
 pub mod tls;
 
+pub use azure_server::{AZURE_ACCOUNT, AZURE_CONTAINER, AZURE_KEY, AzureServer};
 pub use bins::Flavor;
 pub use cluster::*;
+pub use gcs_server::{GCS_BUCKET, GcsServer};
 pub use keys::*;
 pub use s3_server::{S3_ACCESS_KEY, S3_BUCKET, S3_REGION, S3_SECRET_KEY, S3Server};
 pub use server::{Server, acl_lines, free_port, start_servers};

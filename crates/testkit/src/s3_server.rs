@@ -13,19 +13,15 @@
 //! The harness signs those few requests itself (AWS Signature Version 4, path-style), so it
 //! depends on no S3 client; the tests use the client under test against [`S3Server::endpoint`].
 
-use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use sha2::{Digest, Sha256};
 
 use crate::bins;
+use crate::store_process::{StoreProcess, require, start_with_retries};
 
 /// The region the store's clients sign for (SeaweedFS accepts any; AWS clients need one).
 pub const S3_REGION: &str = "us-east-1";
@@ -43,7 +39,7 @@ const PROBE_KEY: &str = ".testkit-ready";
 
 /// A running SeaweedFS with its S3 gateway on `127.0.0.1:port`.
 pub struct S3Server {
-    child: Option<Child>,
+    process: StoreProcess,
     /// Its data, the S3 identities file (`s3.json`) and its log (`weed.log`).
     pub dir: tempfile::TempDir,
     /// The S3 API port (loopback).
@@ -162,20 +158,10 @@ impl S3Server {
     /// Retries on fresh ports when a start fails (a port taken in between); panics with the
     /// server's log when none succeeds, or naming the install step when `weed` is missing.
     pub fn start() -> Self {
-        let bin = bins::weed().unwrap_or_else(|| {
-            panic!(
-                "no `weed` binary (WEED_BIN, {}, PATH): install it with `bash hack/install-deps.sh seaweedfs`",
-                bins::bin_dir().display()
-            )
-        });
-        let mut last = String::new();
-        for _ in 0..3 {
-            match Self::try_start(&bin) {
-                Ok(s) => return s,
-                Err(e) => last = e,
-            }
-        }
-        panic!("SeaweedFS ({}) did not start:\n{last}", bin.display());
+        let bin = require(bins::weed(), "weed", "WEED_BIN", "seaweedfs");
+        start_with_retries(&format!("SeaweedFS ({})", bin.display()), || {
+            Self::try_start(&bin)
+        })
     }
 
     fn try_start(bin: &Path) -> Result<Self, String> {
@@ -190,81 +176,41 @@ impl S3Server {
         });
         std::fs::write(dir.path().join("s3.json"), identities.to_string())
             .map_err(|e| e.to_string())?;
-        let log = File::create(dir.path().join("weed.log")).map_err(|e| e.to_string())?;
         let args = weed_args(dir.path(), &ports);
         let t0 = Instant::now();
-        let child = Command::new(bin)
-            .args(&args)
-            .current_dir(dir.path())
-            // Configuration files are looked up in the working directory and $HOME/.seaweedfs;
-            // temporary files go to TMPDIR: all in the server's own directory.
-            .env("HOME", dir.path())
-            .env("TMPDIR", dir.path())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
-        let mut server = Self {
-            child: Some(child),
+        let mut process = StoreProcess::spawn(
+            Command::new(bin)
+                .args(&args)
+                .current_dir(dir.path())
+                // Configuration files are looked up in the working directory and
+                // $HOME/.seaweedfs; temporary files go to TMPDIR: all in its own directory.
+                .env("HOME", dir.path())
+                .env("TMPDIR", dir.path()),
+            dir.path().join("weed.log"),
+        )?;
+        let sockets = ports.sockets();
+        // Ready when the bucket is created and a probe object written and deleted.
+        let ready = process.wait_ready(t0, START_TIMEOUT, || probe(ports.s3));
+        if ready.is_err() {
+            remove_sockets(&sockets);
+        }
+        ready?;
+        Ok(Self {
+            process,
             dir,
             port: ports.s3,
             bucket: S3_BUCKET.to_owned(),
             access_key: S3_ACCESS_KEY.to_owned(),
             secret_key: S3_SECRET_KEY.to_owned(),
-            startup: Duration::ZERO,
+            startup: t0.elapsed(),
             args,
-            sockets: ports.sockets(),
-        };
-        server.wait_ready(t0)?;
-        server.startup = t0.elapsed();
-        Ok(server)
-    }
-
-    /// Waits until the bucket is created and a probe object written and deleted; on timeout
-    /// or exit, the error is the server's log.
-    fn wait_ready(&mut self, t0: Instant) -> Result<(), String> {
-        loop {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                self.child = None;
-                return Err(format!("exited with {status}:\n{}", self.log_tail()));
-            }
-            let last = match self.probe() {
-                Ok(()) => return Ok(()),
-                Err(e) => e,
-            };
-            if t0.elapsed() > START_TIMEOUT {
-                self.kill();
-                return Err(format!(
-                    "not ready after {START_TIMEOUT:?} (last probe: {last}):\n{}",
-                    self.log_tail()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn probe(&self) -> Result<(), String> {
-        self.create_bucket(&self.bucket)?;
-        let key = format!("/{}/{PROBE_KEY}", self.bucket);
-        match self.request("PUT", &key, b"ready")? {
-            (200, _) => {}
-            (status, body) => return Err(format!("PUT {key}: {status} {body}")),
-        }
-        match self.request("DELETE", &key, b"")? {
-            (200 | 204, _) => Ok(()),
-            (status, body) => Err(format!("DELETE {key}: {status} {body}")),
-        }
+            sockets,
+        })
     }
 
     /// Creates a bucket (an existing one of the same owner is fine).
     pub fn create_bucket(&self, name: &str) -> Result<(), String> {
-        match self.request("PUT", &format!("/{name}"), b"")? {
-            (200, _) => Ok(()),
-            (409, body) if body.contains("BucketAlreadyOwnedByYou") => Ok(()),
-            (status, body) => Err(format!("create bucket {name}: {status} {body}")),
-        }
+        create_bucket(self.port, name)
     }
 
     /// `http://127.0.0.1:<port>`: the S3 endpoint (path-style requests).
@@ -274,7 +220,7 @@ impl S3Server {
 
     /// The process id of `weed`.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.process.pid()
     }
 
     /// The resident memory of the `weed` process (all components are in it), in KiB.
@@ -288,13 +234,7 @@ impl S3Server {
 
     /// Its log (stdout and stderr).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("weed.log")).unwrap_or_default()
-    }
-
-    fn log_tail(&self) -> String {
-        let log = self.log();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        self.process.log()
     }
 
     /// Sends one request signed with the server's key (AWS Signature Version 4, path-style,
@@ -313,104 +253,88 @@ impl S3Server {
         path: &str,
         body: &[u8],
     ) -> Result<(u16, Vec<u8>), String> {
-        assert!(
-            path.starts_with('/')
-                && path
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"/-_.~".contains(&b)),
-            "path {path:?} needs no URI encoding"
-        );
-        let host = format!("127.0.0.1:{}", self.port);
-        let now = jiff::Timestamp::now();
-        let headers = sigv4_headers(
-            &SigV4 {
-                access_key: &self.access_key,
-                secret_key: &self.secret_key,
-                region: S3_REGION,
-                amz_date: &now.strftime("%Y%m%dT%H%M%SZ").to_string(),
-            },
-            method,
-            &host,
-            path,
-            body,
-        );
-        let addr: SocketAddr = host.parse().map_err(|e| format!("{host}: {e}"))?;
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-            .map_err(|e| format!("connect {host}: {e}"))?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .and_then(|()| stream.set_write_timeout(Some(Duration::from_secs(10))))
-            .map_err(|e| e.to_string())?;
-        let mut head = format!("{method} {path} HTTP/1.1\r\n");
-        for (name, value) in &headers {
-            head.push_str(&format!("{name}: {value}\r\n"));
-        }
-        head.push_str(&format!(
-            "content-length: {}\r\nconnection: close\r\n\r\n",
-            body.len()
-        ));
-        stream
-            .write_all(head.as_bytes())
-            .and_then(|()| stream.write_all(body))
-            .map_err(|e| format!("{method} {path}: {e}"))?;
-        let mut response = Vec::new();
-        stream
-            .read_to_end(&mut response)
-            .map_err(|e| format!("{method} {path}: reading the response: {e}"))?;
-        let split = response
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .ok_or_else(|| format!("{method} {path}: no end of headers"))?;
-        let head = String::from_utf8_lossy(&response[..split]).to_ascii_lowercase();
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("{method} {path}: not an HTTP response: {head:?}"))?;
-        let body = &response[split + 4..];
-        if head.contains("transfer-encoding: chunked") {
-            return dechunk(body)
-                .map(|b| (status, b))
-                .ok_or_else(|| format!("{method} {path}: bad chunked body"));
-        }
-        Ok((status, body.to_vec()))
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // Its own process group (spawned with process_group(0)): the group id is its pid.
-            if let Ok(pid) = i32::try_from(child.id()) {
-                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for socket in &self.sockets {
-            let _ = std::fs::remove_file(socket);
-        }
-    }
-}
-
-/// Decodes an HTTP/1.1 chunked body.
-fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let eol = body.windows(2).position(|w| w == b"\r\n")?;
-        let size_text = std::str::from_utf8(&body[..eol]).ok()?;
-        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-        body = &body[eol + 2..];
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(body.get(..size)?);
-        body = body.get(size + 2..)?;
+        request_bytes(self.port, method, path, body)
     }
 }
 
 impl Drop for S3Server {
     fn drop(&mut self) {
-        self.kill();
+        self.process.kill();
+        remove_sockets(&self.sockets);
     }
+}
+
+fn remove_sockets(sockets: &[PathBuf]) {
+    for socket in sockets {
+        let _ = std::fs::remove_file(socket);
+    }
+}
+
+/// The readiness probe: the bucket is created, an object written and deleted.
+fn probe(port: u16) -> Result<(), String> {
+    create_bucket(port, S3_BUCKET)?;
+    let key = format!("/{S3_BUCKET}/{PROBE_KEY}");
+    match request_bytes(port, "PUT", &key, b"ready")? {
+        (200, _) => {}
+        (status, body) => {
+            return Err(format!(
+                "PUT {key}: {status} {}",
+                String::from_utf8_lossy(&body)
+            ));
+        }
+    }
+    match request_bytes(port, "DELETE", &key, b"")? {
+        (200 | 204, _) => Ok(()),
+        (status, body) => Err(format!(
+            "DELETE {key}: {status} {}",
+            String::from_utf8_lossy(&body)
+        )),
+    }
+}
+
+/// Creates a bucket (an existing one of the same owner is fine).
+fn create_bucket(port: u16, name: &str) -> Result<(), String> {
+    match request_bytes(port, "PUT", &format!("/{name}"), b"")? {
+        (200, _) => Ok(()),
+        (409, body) if String::from_utf8_lossy(&body).contains("BucketAlreadyOwnedByYou") => Ok(()),
+        (status, body) => Err(format!(
+            "create bucket {name}: {status} {}",
+            String::from_utf8_lossy(&body)
+        )),
+    }
+}
+
+/// One request to the server on `port`, signed with its key (AWS Signature Version 4,
+/// path-style, no query string): the HTTP status and the body, a chunked body decoded. `path`
+/// is `/bucket` or `/bucket/key` of unreserved characters. Errors are transport errors only.
+fn request_bytes(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> Result<(u16, Vec<u8>), String> {
+    assert!(
+        path.starts_with('/')
+            && path
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"/-_.~".contains(&b)),
+        "path {path:?} needs no URI encoding"
+    );
+    let host = format!("127.0.0.1:{port}");
+    let now = jiff::Timestamp::now();
+    let headers = sigv4_headers(
+        &SigV4 {
+            access_key: S3_ACCESS_KEY,
+            secret_key: S3_SECRET_KEY,
+            region: S3_REGION,
+            amz_date: &now.strftime("%Y%m%dT%H%M%SZ").to_string(),
+        },
+        method,
+        &host,
+        path,
+        body,
+    );
+    crate::http1::send(&host, method, path, &headers, body)
 }
 
 /// What a SigV4 signature covers besides the request.
@@ -467,7 +391,7 @@ fn sigv4_headers(
 }
 
 /// HMAC-SHA256 (the `hmac` crate).
-fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+pub(crate) fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
     use hmac::Mac;
     let mut mac =
         hmac::Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
