@@ -116,6 +116,13 @@ pub struct GcsStore {
     #[schemars(length(min = 3, max = 222))]
     pub bucket: String,
 
+    /// Base URL of the storage API, for a private endpoint or an emulator, for example
+    /// `https://storage.example.internal`. Omitted: Google's (or the one the key file names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 8, max = 2048))]
+    #[x_kube(validation = kube::core::Rule::new("self.startsWith('https://') || self.startsWith('http://')").message(ENDPOINT_SCHEME_MESSAGE))]
+    pub endpoint: Option<String>,
+
     /// The Secret (in the backup's namespace) holding a service account key file. Omitted:
     /// the operator pod's own identity (workload identity or the metadata server).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -133,6 +140,15 @@ pub struct AzureStore {
     /// Container name. The container must exist.
     #[schemars(length(min = 3, max = 63))]
     pub container: String,
+
+    /// URL of the account's blob service, for another Azure cloud, a private endpoint or an
+    /// emulator, for example `https://myaccount.blob.core.usgovcloudapi.net` or
+    /// `http://azurite.storage:10000/devstoreaccount1`. Omitted:
+    /// `https://<account>.blob.core.windows.net`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 8, max = 2048))]
+    #[x_kube(validation = kube::core::Rule::new("self.startsWith('https://') || self.startsWith('http://')").message(ENDPOINT_SCHEME_MESSAGE))]
+    pub endpoint: Option<String>,
 
     /// The Secret (in the backup's namespace) holding the storage account's access key.
     /// Omitted: the operator pod's own identity (workload identity or managed identity).

@@ -1,5 +1,6 @@
 //! End-to-end (needs root): backups of a ValkeyCluster to a real S3 store (SeaweedFS, the
-//! testkit's `S3Server`), on localkube with real Valkey pods.
+//! testkit's `S3Server`) and to Azure Blob Storage's emulator, on localkube with real Valkey
+//! pods.
 //!
 //! A 3 × 1 cluster with persistence (RDB) holds acknowledged keys, some with a TTL; under a
 //! continuous `SET` + `WAIT 1` writer a ValkeyBackup completes. Its manifest lists 3 shards
@@ -12,7 +13,9 @@
 //! 3 and 5 shards (by the ValkeyBackup's name, and by store and path): every key with its
 //! value and TTL, exactly the backup's key count, Ready only after. Refused without writing
 //! a key: a Valkey 8.0 target for a 9.1 backup, a path without a manifest, and a file changed
-//! in the store. A schedule every 10 s keeping 2 deletes older backups and their files.
+//! in the store. The same cluster backed up into Azure Blob Storage (Azurite, the testkit's
+//! `AzureServer`) is restored from there into 2 shards. A schedule every 10 s keeping 2
+//! deletes older backups and their files.
 //!
 //! Measured times are printed as `MEASURE …` lines.
 
@@ -29,7 +32,10 @@ use sha2::Digest;
 use support::*;
 use valkey_api::backup::{BackupPhase, ValkeyBackup};
 use valkey_ops::client::{ClientConfig, NodePool};
-use valkey_testkit::{Flavor, S3_BUCKET, S3Server, Server, free_port};
+use valkey_testkit::{
+    AZURE_ACCOUNT, AZURE_CONTAINER, AZURE_KEY, AzureServer, Flavor, S3_BUCKET, S3Server, Server,
+    free_port,
+};
 
 const NAME: &str = "bk";
 const PW: &str = "backup-app-pw";
@@ -538,6 +544,67 @@ fn bootstrap(backup: serde_json::Value) -> serde_json::Value {
     serde_json::json!({"bootstrap": {"backup": backup}})
 }
 
+/// A backup into Azure Blob Storage (Azurite) through the API's `azure` store (`endpoint` and
+/// an account key Secret), restored from there by store and path into 2 shards.
+async fn azure_round(fx: &Fixture, az: &AzureServer) -> anyhow::Result<()> {
+    let client = &fx.client;
+    let s: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "az-key"},
+        "stringData": {"accountKey": AZURE_KEY}
+    }))?;
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &s)
+        .await?;
+    let store = serde_json::json!({"prefix": PREFIX, "azure": {
+        "account": AZURE_ACCOUNT, "container": AZURE_CONTAINER, "endpoint": az.endpoint(),
+        "credentials": {"secretName": "az-key", "key": "accountKey"}}});
+    let b: ValkeyBackup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyBackup",
+        "metadata": {"name": "to-azure"},
+        "spec": {"cluster": NAME, "store": store}
+    }))?;
+    Api::<ValkeyBackup>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &b)
+        .await?;
+    let t0 = Instant::now();
+    let b = wait_reason(client, "to-azure", "Completed", Duration::from_secs(120)).await?;
+    let st = b.status.context("status")?;
+    eprintln!(
+        "MEASURE backup 3x1 to Azurite: {} bytes, {:?} keys, create -> Completed {:.2}s",
+        st.bytes.unwrap_or(0),
+        st.keys,
+        t0.elapsed().as_secs_f64()
+    );
+    let path = format!("{PREFIX}/{NS}/{NAME}/to-azure");
+    ensure!(
+        st.location.as_deref() == Some(&*format!("az://{AZURE_ACCOUNT}/{AZURE_CONTAINER}/{path}")),
+        "{st:?}"
+    );
+    let keys = st.keys.context("keys")?;
+    create_user_secret(client, "ra-app", PW).await?;
+    let t0 = Instant::now();
+    create_cluster_with(
+        client,
+        "ra",
+        2,
+        1,
+        bootstrap(serde_json::json!({"store": store, "path": path})),
+    )
+    .await?;
+    let r = wait_restore(client, "ra", Duration::from_secs(300)).await?;
+    ensure!(
+        r.phase == valkey_api::bootstrap::RestorePhase::Completed && r.keys == keys,
+        "ra: {r:?}"
+    );
+    wait_ready(client, "ra", 2, Duration::from_secs(120)).await?;
+    eprintln!(
+        "MEASURE restore from Azurite into 2 shards: {} keys, create -> Ready {:.1}s",
+        r.keys,
+        t0.elapsed().as_secs_f64()
+    );
+    check_restored(client, "ra", keys).await
+}
+
 /// Restores backup `first` into 3 and 5 shards; refuses a Valkey 8 target, a missing
 /// manifest and a changed file, writing nothing.
 async fn restores(fx: &Fixture, s3: &S3Server, backup_keys: i64) -> anyhow::Result<()> {
@@ -658,6 +725,11 @@ async fn operator_root_backup_to_s3() -> anyhow::Result<()> {
     };
     let s3 = tokio::task::spawn_blocking(S3Server::start).await?;
     eprintln!("MEASURE S3 store start: {:.1}s", s3.startup.as_secs_f64());
+    let az = tokio::task::spawn_blocking(AzureServer::start).await?;
+    eprintln!(
+        "MEASURE Azure store start: {:.1}s",
+        az.startup.as_secs_f64()
+    );
     let persistence = serde_json::json!({"persistence": {
         "size": "1Gi", "storageClassName": "standard", "reclaimPolicy": "Delete"}});
     let t0 = Instant::now();
@@ -666,6 +738,7 @@ async fn operator_root_backup_to_s3() -> anyhow::Result<()> {
     let result = async {
         let backup_keys = backup_under_writer(&fx, &s3).await?;
         restores(&fx, &s3, backup_keys).await?;
+        azure_round(&fx, &az).await?;
         failures_are_reported(&fx, &s3).await?;
         scheduled_backups_with_retention(&fx, &s3).await
     }

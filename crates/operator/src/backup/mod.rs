@@ -10,6 +10,7 @@ pub mod progress;
 pub mod reach;
 pub mod restore;
 pub mod restore_check;
+pub mod restore_io;
 pub mod schedule;
 pub mod scheduler;
 pub mod store;

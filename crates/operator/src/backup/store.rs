@@ -103,9 +103,7 @@ pub fn build(
     let invalid = |e: object_store::Error| SetupError::Invalid(e.to_string());
     if let Some(s3) = &store.s3 {
         let (endpoint, virtual_hosted) = s3_endpoint(s3);
-        let allow_http = endpoint
-            .as_deref()
-            .is_some_and(|e| e.starts_with("http://"));
+        let allow_http = is_http(endpoint.as_deref());
         let mut b = match &s3.credentials {
             Some(c) => {
                 let name = &c.secret_name;
@@ -130,21 +128,30 @@ pub fn build(
         return Ok(Arc::new(b.build().map_err(invalid)?));
     }
     if let Some(gcs) = &store.gcs {
-        let b = match &gcs.credentials {
-            Some(c) => GoogleCloudStorageBuilder::new().with_service_account_key(key(
-                secret,
-                &c.secret_name,
-                &c.key,
-            )?),
+        let key_file = match &gcs.credentials {
+            Some(c) => Some(key(secret, &c.secret_name, &c.key)?),
+            None => None,
+        };
+        // An emulator's key file may name its address (`gcs_base_url`, which `endpoint`
+        // overrides); plain HTTP only when the address the client will use says so.
+        let base_url = gcs.endpoint.clone().or_else(|| {
+            let k: serde_json::Value = serde_json::from_str(key_file.as_deref()?).ok()?;
+            k.get("gcs_base_url")?.as_str().map(str::to_owned)
+        });
+        let mut b = match key_file {
+            Some(k) => GoogleCloudStorageBuilder::new().with_service_account_key(k),
             None => GoogleCloudStorageBuilder::from_env(),
         }
         .with_bucket_name(&gcs.bucket)
-        .with_client_options(client_options(false))
+        .with_client_options(client_options(is_http(base_url.as_deref())))
         .with_retry(retry());
+        if let Some(e) = &gcs.endpoint {
+            b = b.with_base_url(e.trim_end_matches('/'));
+        }
         return Ok(Arc::new(b.build().map_err(invalid)?));
     }
     if let Some(az) = &store.azure {
-        let b = match &az.credentials {
+        let mut b = match &az.credentials {
             Some(c) => {
                 MicrosoftAzureBuilder::new().with_access_key(key(secret, &c.secret_name, &c.key)?)
             }
@@ -152,13 +159,21 @@ pub fn build(
         }
         .with_account(&az.account)
         .with_container_name(&az.container)
-        .with_client_options(client_options(false))
+        .with_client_options(client_options(is_http(az.endpoint.as_deref())))
         .with_retry(retry());
+        if let Some(e) = &az.endpoint {
+            b = b.with_endpoint(e.trim_end_matches('/').to_owned());
+        }
         return Ok(Arc::new(b.build().map_err(invalid)?));
     }
     Err(SetupError::Invalid(
         "store names none of s3, gcs or azure".into(),
     ))
+}
+
+/// Whether `endpoint` is plain HTTP (allowed only when the user wrote `http://`).
+fn is_http(endpoint: Option<&str>) -> bool {
+    endpoint.is_some_and(|e| e.starts_with("http://"))
 }
 
 /// Deletes every object under `dir` (a backup's directory); the count deleted.
