@@ -172,6 +172,13 @@ async fn check_backup_content(s3: &S3Server, name: &str) -> anyhow::Result<u64> 
             s["fromReplica"] == true,
             "shard read from its primary: {s:#}"
         );
+        // The replica had applied its primary's stream up to the primary's offset when the
+        // shard's turn began.
+        let (offset, primary_offset) = (s["offset"].as_u64(), s["primaryOffset"].as_u64());
+        ensure!(
+            primary_offset.is_some() && offset >= primary_offset,
+            "replica behind its primary: {s:#}"
+        );
         let file = get_object(
             s3,
             &format!("{dir}/{}", s["file"].as_str().context("file")?),

@@ -156,6 +156,7 @@ async fn source() -> Source {
         shard: ShardSource {
             slots: split_slots(1),
             primary_id: ids[0].clone(),
+            primary_addr: addrs[0].parse().unwrap(),
             pod: "source-replica".into(),
             addr: addrs[1].parse().unwrap(),
             node_id: replica_id,
@@ -217,6 +218,7 @@ async fn back_up(store: &Arc<dyn ObjectStore>, dir: &Path, src: &Source) -> Mani
             from_replica: true,
             replid: info.replid,
             offset: info.offset,
+            primary_offset: None,
             started_at: Timestamp::now().to_string(),
             completed_at: Timestamp::now().to_string(),
         }],

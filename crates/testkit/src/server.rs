@@ -207,6 +207,29 @@ impl Server {
         }
     }
 
+    /// Its process id (`None` once killed).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(std::process::Child::id)
+    }
+
+    /// Freezes the process (`SIGSTOP`): it answers nothing until [`Server::resume`].
+    pub fn freeze(&self) {
+        self.signal(nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    /// Lets a frozen process run again (`SIGCONT`).
+    pub fn resume(&self) {
+        self.signal(nix::sys::signal::Signal::SIGCONT);
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = self
+            .pid()
+            .and_then(|p| i32::try_from(p).ok())
+            .expect("a running server");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).expect("signal sent");
+    }
+
     /// Whether it was not killed.
     pub fn is_running(&self) -> bool {
         self.child.is_some()

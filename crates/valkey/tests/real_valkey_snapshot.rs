@@ -455,6 +455,78 @@ impl AsyncWrite for SlowSink {
 
 use std::future::Future;
 
+/// A replica frozen while its primary takes writes lags behind; [`commands::wait_replica_offset`]
+/// returns once it runs again and has applied them, so its snapshot holds every write the
+/// primary had when the wait began. Frozen for longer than the wait, the result says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_valkey9_snapshot_after_a_lagging_replica_caught_up() {
+    init_tracing();
+    let s = shard(Flavor::V9, None).await;
+    fill(&s.app, &s.primary, 1_000).await;
+    s.servers[1].freeze();
+    let mut p = redis::pipe();
+    for i in 0..5_000 {
+        p.cmd("SET").arg(format!("late:{i}")).arg(i).ignore();
+    }
+    let () = s.app.pipeline(&s.primary, &p).await.unwrap();
+    let resume = {
+        let pid = s.servers[1].pid().unwrap();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            std::process::Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status()
+                .unwrap();
+        })
+    };
+    let c = commands::wait_replica_offset(&s.op, &s.primary, &s.replica, Duration::from_secs(10))
+        .await
+        .unwrap();
+    resume.await.unwrap();
+    println!("{c:?}");
+    assert!(c.caught_up() && c.lag() == Some(0), "{c:?}");
+    assert!(c.waited >= Duration::from_millis(400), "{c:?}");
+    let mut rdb = Vec::new();
+    let info = stream_snapshot(
+        &s.replica,
+        &backup_config(None),
+        &SnapshotOptions::default(),
+        &mut rdb,
+    )
+    .await
+    .unwrap();
+    assert!(info.offset as i64 >= c.target, "{info:?} {c:?}");
+    assert_eq!(
+        info.keys,
+        Some(6_000),
+        "every write the primary had is in the snapshot"
+    );
+
+    // Frozen past the wait: not caught up, the replica never answered.
+    s.servers[1].freeze();
+    let () = s
+        .app
+        .query(&s.primary, redis::cmd("SET").arg("later").arg("1"))
+        .await
+        .unwrap();
+    let c =
+        commands::wait_replica_offset(&s.op, &s.primary, &s.replica, Duration::from_millis(300))
+            .await
+            .unwrap();
+    s.servers[1].resume();
+    assert!(
+        !c.caught_up() && c.reached.is_none() && c.lag().is_none(),
+        "{c:?}"
+    );
+    assert!(c.waited < Duration::from_secs(1), "{c:?}");
+    // Running again, the same connection pool still works.
+    let c = commands::wait_replica_offset(&s.op, &s.primary, &s.replica, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(c.caught_up(), "{c:?}");
+    check_replication_healthy(&s).await;
+}
+
 /// While a snapshot is prepared, the serving node lists the connection as a replica with port
 /// 0, and the operator's observation still parses; the primary is not involved. The sink then
 /// stalls for 1.5 s, and the snapshot completes all the same.

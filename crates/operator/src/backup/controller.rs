@@ -22,7 +22,8 @@ use valkey_api::backup::{
     BackupDeletionPolicy, BackupPhase, FILES_FINALIZER, ValkeyBackup, ValkeyBackupStatus, reasons,
 };
 use valkey_api::labels::BACKUP_FIELD_MANAGER;
-use valkey_ops::client::ClientConfig;
+use valkey_ops::client::{ClientConfig, NodePool};
+use valkey_ops::commands::wait_replica_offset;
 
 use super::manifest::{self, Manifest, ShardEntry};
 use super::plan::{self, ShardSource};
@@ -39,6 +40,8 @@ pub const BACKUP_CONTROLLER: &str = "valkeybackup";
 
 /// Wait between looks at a cluster that cannot be backed up yet.
 const WAIT_REQUEUE: Duration = Duration::from_secs(10);
+/// Longest wait for a replica source to apply what its primary has.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
 
 /// Errors of a pass (API errors only; store and server failures are the backup's status).
 #[derive(Debug, thiserror::Error)]
@@ -142,6 +145,8 @@ struct Prepared {
     store: Arc<dyn ObjectStore>,
     sources: Vec<ShardSource>,
     snapshot_config: ClientConfig,
+    /// The operator's connections (a replica's catch-up is read with them).
+    pool: NodePool,
 }
 
 async fn prepare(b: &ValkeyBackup, client: &Client, ns: &str) -> Result<Prepared, NotYetOr> {
@@ -179,6 +184,7 @@ async fn prepare(b: &ValkeyBackup, client: &Client, ns: &str) -> Result<Prepared
         store,
         sources,
         snapshot_config: reached.replication,
+        pool: reached.pool,
     })
 }
 
@@ -342,6 +348,31 @@ async fn pass(cached: &ValkeyBackup, ctx: &Shared) -> Result<Action, BackupError
     attempt(ctx, &api, b, &old, prepared, &path, &location).await
 }
 
+/// Before a replica's snapshot: waits (at most [`CATCH_UP_WAIT`]) until the replica has
+/// applied its primary's stream up to the primary's offset now, so the file holds every write
+/// the primary had applied when the shard's turn began; returns that offset. A replica still
+/// behind is logged (the manifest shows it: its `offset` is lower); the snapshot goes ahead.
+async fn catch_up(pool: &NodePool, source: &ShardSource) -> Option<u64> {
+    if !source.from_replica {
+        return None;
+    }
+    let (primary, replica) = (source.primary_addr.to_string(), source.addr.to_string());
+    match wait_replica_offset(pool, &primary, &replica, CATCH_UP_WAIT).await {
+        Ok(c) => {
+            if c.caught_up() {
+                debug!(pod = %source.pod, waited_ms = c.waited.as_millis() as u64, "replica caught up");
+            } else {
+                warn!(pod = %source.pod, lag = ?c.lag(), "replica still behind its primary; taking its snapshot");
+            }
+            u64::try_from(c.target).ok()
+        }
+        Err(e) => {
+            warn!(pod = %source.pod, error = %e, "primary offset not read; taking the replica's snapshot");
+            None
+        }
+    }
+}
+
 /// One attempt: every shard, then the manifest.
 async fn attempt(
     ctx: &Shared,
@@ -385,6 +416,7 @@ async fn attempt(
     for (i, source) in prepared.sources.iter().enumerate() {
         let file = manifest::shard_file(i);
         let shard_started = now();
+        let primary_offset = catch_up(&prepared.pool, source).await;
         match upload::shard(
             prepared.store.clone(),
             &dir.clone().join(file.as_str()),
@@ -412,6 +444,7 @@ async fn attempt(
                     from_replica: source.from_replica,
                     replid: info.replid,
                     offset: info.offset,
+                    primary_offset,
                     started_at: shard_started.0.to_string(),
                     completed_at: Timestamp::now().to_string(),
                 });

@@ -70,6 +70,13 @@ pub struct ShardEntry {
     pub replid: String,
     /// Replication offset the snapshot corresponds to.
     pub offset: u64,
+    /// The primary's replication offset when the shard's turn began. A replica source was
+    /// first waited for (up to 10 s) until it had applied the primary's stream up to it, so
+    /// the file holds every write the primary had applied by then: `offset` is at least this,
+    /// unless the replica was still behind when the wait ended. `None` for a primary source
+    /// (its own snapshot holds its writes) and in manifests of older operators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_offset: Option<u64>,
     /// When the snapshot started (RFC 3339).
     pub started_at: String,
     /// When its last byte was stored (RFC 3339).
@@ -112,6 +119,7 @@ mod tests {
             from_replica: true,
             replid: "e".repeat(40),
             offset: 42,
+            primary_offset: Some(40),
             started_at: "2026-12-07T00:00:00Z".into(),
             completed_at: "2026-12-07T00:00:01Z".into(),
         }
@@ -132,6 +140,11 @@ mod tests {
         };
         let json = serde_json::to_string_pretty(&m).unwrap();
         assert!(json.contains("\"rdbChecksum\": 7"), "{json}");
+        assert!(json.contains("\"primaryOffset\": 40"), "{json}");
+        // A manifest written before `primaryOffset` existed reads as `None`.
+        let older = json.replace("\"primaryOffset\": 40,", "");
+        let parsed: Manifest = serde_json::from_str(&older).unwrap();
+        assert_eq!(parsed.shards[0].primary_offset, None);
         assert!(json.contains("\"slots\": [\n        \"0-5460\""), "{json}");
         assert_eq!(serde_json::from_str::<Manifest>(&json).unwrap(), m);
         assert_eq!((m.bytes(), m.keys()), (200, Some(7)));

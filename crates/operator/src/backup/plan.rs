@@ -12,6 +12,9 @@ pub struct ShardSource {
     pub slots: Vec<SlotRange>,
     /// Node id of the shard's primary.
     pub primary_id: String,
+    /// The primary's address (a replica source is waited for until it has the primary's
+    /// writes).
+    pub primary_addr: SocketAddr,
     /// Pod of the node the snapshot is read from.
     pub pod: String,
     /// Its address.
@@ -66,6 +69,7 @@ pub fn sources(topology: &Topology) -> Result<Vec<ShardSource>, NotYet> {
         out.push(ShardSource {
             slots,
             primary_id: me.id.clone(),
+            primary_addr: primary.addr,
             pod: source.pod.clone(),
             addr: source.addr,
             node_id: source.id().unwrap_or_default().to_owned(),

@@ -107,6 +107,7 @@ mod tests {
                     from_replica: true,
                     replid: String::new(),
                     offset: 0,
+                    primary_offset: None,
                     started_at: String::new(),
                     completed_at: String::new(),
                 })

@@ -27,7 +27,9 @@ pub use migrate::{
     AtomicMove, KeyMigrationOptions, OpenSlot, count_keys_in_slots, finish_open_slots,
     get_slot_migrations, migrate_slot_keys, migrate_slots_atomic, open_slots,
 };
-pub use observe::{Position, observe_node, observe_topology};
+pub use observe::{
+    CatchUp, Position, observe_node, observe_topology, repl_offset, wait_replica_offset,
+};
 pub use settings::{config_set, tls_reload, wait_replicas};
 pub use topology::{
     FailoverMode, add_slots_range, claim_slots, ensure_config_epoch, failover, forget_everywhere,

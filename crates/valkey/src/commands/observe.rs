@@ -19,6 +19,71 @@ fn parse_err(addr: &str) -> impl Fn(crate::error::ParseError) -> CommandError + 
     }
 }
 
+/// The node's replication offset: on a primary `master_repl_offset`, on a replica how much
+/// of its primary's stream it has applied (`slave_repl_offset`).
+pub async fn repl_offset(pool: &NodePool, addr: &str) -> Result<i64> {
+    let info: String = pool
+        .query(addr, redis::cmd("INFO").arg("replication"))
+        .await?;
+    let r = ReplicationInfo::parse(&info).map_err(parse_err(addr))?;
+    Ok(r.replica_repl_offset.unwrap_or(r.master_repl_offset))
+}
+
+/// How far a replica got towards its primary's offset ([`wait_replica_offset`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CatchUp {
+    /// The primary's offset when the wait began.
+    pub target: i64,
+    /// The replica's offset when the wait ended (`None`: it never answered in time).
+    pub reached: Option<i64>,
+    /// How long the wait took.
+    pub waited: std::time::Duration,
+}
+
+impl CatchUp {
+    /// Whether the replica applied everything the primary had when the wait began.
+    pub fn caught_up(&self) -> bool {
+        self.reached.is_some_and(|r| r >= self.target)
+    }
+
+    /// Bytes of the primary's stream the replica had not applied when the wait ended
+    /// (`None`: unknown, the replica never answered).
+    pub fn lag(&self) -> Option<u64> {
+        self.reached
+            .map(|r| u64::try_from(self.target - r).unwrap_or(0))
+    }
+}
+
+/// Waits until the replica at `replica` has applied its primary's stream up to the offset the
+/// primary at `primary` shows now, polling every 10 ms for at most `timeout` (each query
+/// bounded by what is left of it). So every write the primary had applied when this began is
+/// in what the replica serves afterwards. An error only when the primary cannot be read.
+pub async fn wait_replica_offset(
+    pool: &NodePool,
+    primary: &str,
+    replica: &str,
+    timeout: std::time::Duration,
+) -> Result<CatchUp> {
+    let start = tokio::time::Instant::now();
+    let deadline = start + timeout;
+    let target = repl_offset(pool, primary).await?;
+    let mut reached = None;
+    loop {
+        if let Ok(Ok(r)) = tokio::time::timeout_at(deadline, repl_offset(pool, replica)).await {
+            reached = Some(r);
+        }
+        let done = reached.is_some_and(|r| r >= target);
+        if done || tokio::time::Instant::now() + std::time::Duration::from_millis(10) >= deadline {
+            return Ok(CatchUp {
+                target,
+                reached,
+                waited: start.elapsed(),
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// Fetches one node's observation.
 pub async fn observe_node(pool: &NodePool, addr: &str) -> Result<NodeObservation> {
     let mut pipe = redis::pipe();
